@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+import { Command } from 'commander';
+import { VERSION } from '../util/version.js';
+import { CliError } from './client.js';
+import { events } from './events.js';
+import { serve } from './serve.js';
+import { taskStart } from './task.js';
+import { token } from './token.js';
+
+const program = new Command()
+  .name('beidou')
+  .description('Beidou: the MCP server through which a team of AI agents coordinates')
+  .version(VERSION)
+  .showHelpAfterError();
+
+program
+  .command('serve')
+  .description('run the server (MCP endpoint, admin API, event streams)')
+  .option('--host <host>', 'interface to listen on (BEIDOU_HOST, default 127.0.0.1)')
+  .option('--port <port>', 'port; 0 picks a free one (BEIDOU_PORT, default 7777)')
+  .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
+  .action((opts: { host?: string; port?: string; home?: string }) => serve(opts));
+
+const clientOptions = (cmd: Command) =>
+  cmd
+    .option('--server <url>', 'server base URL (BEIDOU_SERVER, default http://127.0.0.1:7777)')
+    .option('--home <dir>', 'where admin.token is (BEIDOU_HOME, default ~/.beidou)');
+
+clientOptions(
+  program
+    .command('token')
+    .description('print the admin token, or mint an agent (--agent ID) or spawner (--spawner) token')
+    .option('--agent <agent_id>', 'mint a fresh token for this agent')
+    .option('--spawner', 'mint a spawner token'),
+).action(token);
+
+const task = program.command('task').description('tasks');
+clientOptions(
+  task
+    .command('start')
+    .description('create a task and its root agent; prints the ids, the token and a claude mcp add line')
+    .argument('<text>', 'the task, as the root agent will read it')
+    .option('--no-spawn', 'do not queue the root for a spawner (run it yourself, e.g. in Claude Code)')
+    .option('--json', 'print one JSON object')
+    .option('--skill <name>', 'the root agent\'s skill (default leader)')
+    .option('--model <model>', 'the root agent\'s model')
+    .option('--name <name>', 'a display name for the task')
+    .option('--workspace <dir>', 'the project workspace path'),
+).action(taskStart);
+
+clientOptions(
+  program
+    .command('events')
+    .description('print a task\'s events as JSON lines; --follow keeps streaming')
+    .requiredOption('--task <task_id>', 'the task')
+    .option('--since <seq>', 'only events after this seq')
+    .option('--follow', 'stream new events as they happen'),
+).action(events);
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  if (err instanceof CliError) {
+    process.stderr.write(`beidou: ${err.message}\n`);
+    process.exit(err.exitCode);
+  }
+  process.stderr.write(`beidou: ${(err as Error).message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,43 @@
+import { ConfigError, loadConfig, type ConfigFlags } from '../config.js';
+import { startServer } from '../server/server.js';
+
+/** `beidou serve`: start, print where it listens, stop cleanly on SIGINT/SIGTERM. */
+export async function serve(flags: ConfigFlags): Promise<void> {
+  let config;
+  try {
+    config = loadConfig(flags);
+  } catch (err) {
+    if (err instanceof ConfigError) fail(err.message, 2);
+    throw err;
+  }
+  let server;
+  try {
+    server = await startServer(config);
+  } catch (err) {
+    if (err instanceof ConfigError) fail(err.message, 2);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE') fail(`port ${config.port} on ${config.host} is already in use`, 2);
+    if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND') fail(`cannot listen on host ${config.host} (${code})`, 2);
+    fail(`cannot start: ${(err as Error).message}`, 1);
+  }
+  process.stdout.write(`beidou listening on ${server.url}\n`);
+  process.stdout.write(
+    server.adminTokenFile ? `admin token in ${server.adminTokenFile}\n` : 'admin token from BEIDOU_ADMIN_TOKEN\n',
+  );
+  const stop = () => {
+    server.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`beidou: error while stopping: ${(err as Error).message}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+function fail(message: string, exitCode: number): never {
+  process.stderr.write(`beidou: ${message}\n`);
+  process.exit(exitCode);
+}

@@ -1,0 +1,47 @@
+import { api, type ClientOptions } from './client.js';
+
+interface CreatedTask {
+  task_id: string;
+  root_agent_id: string;
+  token: string;
+  mcp_url: string;
+}
+
+export interface TaskStartOptions extends ClientOptions {
+  spawn: boolean;
+  json?: boolean;
+  skill?: string;
+  model?: string;
+  name?: string;
+  workspace?: string;
+}
+
+/** `beidou task start "TEXT"`: create a task; print its ids, the root's token and a ready `claude mcp add` line. */
+export async function taskStart(text: string, opts: TaskStartOptions): Promise<void> {
+  const body = {
+    task: text,
+    spawn: opts.spawn,
+    ...(opts.skill ? { skill: opts.skill } : {}),
+    ...(opts.model ? { model: opts.model } : {}),
+    ...(opts.name ? { name: opts.name } : {}),
+    ...(opts.workspace ? { workspace: opts.workspace } : {}),
+  };
+  const created = await api<CreatedTask>(opts, 'POST', '/tasks', body);
+  const claudeLine = `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`;
+  if (opts.json) {
+    process.stdout.write(JSON.stringify({ ...created, claude_mcp_add: claudeLine }) + '\n');
+    return;
+  }
+  process.stdout.write(
+    [
+      `task_id:       ${created.task_id}`,
+      `root_agent_id: ${created.root_agent_id}`,
+      `mcp_url:       ${created.mcp_url}`,
+      `token:         ${created.token}`,
+      opts.spawn ? 'the root agent is queued for a spawner' : 'no spawner will run the root: connect your own client, e.g.',
+      '',
+      claudeLine,
+      '',
+    ].join('\n'),
+  );
+}

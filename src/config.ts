@@ -1,0 +1,129 @@
+import { accessSync, constants, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { z } from 'zod';
+
+/**
+ * The one place where flags and environment become a validated Config and where every
+ * default lives. Precedence: flag, then environment, then default.
+ */
+
+const portSchema = z.coerce
+  .number({ error: 'must be a number' })
+  .int('must be an integer')
+  .min(0, 'must be between 0 and 65535')
+  .max(65535, 'must be between 0 and 65535');
+
+const seconds = (fallback: number) =>
+  z.coerce.number({ error: 'must be a number of seconds' }).positive('must be positive').default(fallback);
+
+const count = (fallback: number) =>
+  z.coerce.number({ error: 'must be a number' }).int('must be an integer').positive('must be positive').default(fallback);
+
+const configSchema = z.object({
+  host: z.string().min(1, 'must not be empty').default('127.0.0.1'),
+  port: portSchema.default(7777),
+  home: z.string().min(1, 'must not be empty'),
+  adminToken: z.string().min(16, 'must be at least 16 characters').optional(),
+  secret: z.string().min(32, 'must be at least 32 characters').optional(),
+  inboxCap: count(1000),
+  maxDepth: count(8),
+  depthWarning: count(6),
+  watchdogS: seconds(30),
+  reviewPingS: seconds(60),
+  idleNudgeS: seconds(120),
+  terminateGraceS: seconds(60),
+  spawnerHeartbeatS: seconds(5),
+  tokenTtlS: seconds(30 * 24 * 3600),
+  skillsRoots: z.array(z.string()).default([]),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+
+export type Config = z.infer<typeof configSchema>;
+
+/** Names as a person types them, for the one-line error. */
+const SOURCE_NAMES: Record<string, string> = {
+  host: '--host / BEIDOU_HOST',
+  port: '--port / BEIDOU_PORT',
+  home: '--home / BEIDOU_HOME',
+  adminToken: 'BEIDOU_ADMIN_TOKEN',
+  secret: 'BEIDOU_SECRET',
+  inboxCap: 'BEIDOU_INBOX_CAP',
+  maxDepth: 'BEIDOU_MAX_DEPTH',
+  watchdogS: 'BEIDOU_WATCHDOG_S',
+  reviewPingS: 'BEIDOU_REVIEW_PING_S',
+  idleNudgeS: 'BEIDOU_IDLE_NUDGE_S',
+  terminateGraceS: 'BEIDOU_TERMINATE_GRACE_S',
+  spawnerHeartbeatS: 'BEIDOU_SPAWNER_HEARTBEAT_S',
+  tokenTtlS: 'BEIDOU_TOKEN_TTL_S',
+  logLevel: 'BEIDOU_LOG_LEVEL',
+};
+
+export class ConfigError extends Error {}
+
+export interface ConfigFlags {
+  host?: string;
+  port?: string;
+  home?: string;
+}
+
+export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
+  return env.BEIDOU_HOME && env.BEIDOU_HOME.length > 0 ? env.BEIDOU_HOME : path.join(os.homedir(), '.beidou');
+}
+
+const emptyToUndefined = (v: string | undefined) => (v === undefined || v === '' ? undefined : v);
+
+/** Parse and validate; throws ConfigError with one human line naming the bad setting. */
+export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = process.env): Config {
+  const raw = {
+    host: flags.host ?? emptyToUndefined(env.BEIDOU_HOST),
+    port: flags.port ?? emptyToUndefined(env.BEIDOU_PORT),
+    home: path.resolve(flags.home ?? defaultHome(env)),
+    adminToken: emptyToUndefined(env.BEIDOU_ADMIN_TOKEN),
+    secret: emptyToUndefined(env.BEIDOU_SECRET),
+    inboxCap: emptyToUndefined(env.BEIDOU_INBOX_CAP),
+    maxDepth: emptyToUndefined(env.BEIDOU_MAX_DEPTH),
+    watchdogS: emptyToUndefined(env.BEIDOU_WATCHDOG_S),
+    reviewPingS: emptyToUndefined(env.BEIDOU_REVIEW_PING_S),
+    idleNudgeS: emptyToUndefined(env.BEIDOU_IDLE_NUDGE_S),
+    terminateGraceS: emptyToUndefined(env.BEIDOU_TERMINATE_GRACE_S),
+    spawnerHeartbeatS: emptyToUndefined(env.BEIDOU_SPAWNER_HEARTBEAT_S),
+    tokenTtlS: emptyToUndefined(env.BEIDOU_TOKEN_TTL_S),
+    skillsRoots: (emptyToUndefined(env.BEIDOU_SKILLS) ?? '').split(path.delimiter).filter((s) => s.length > 0),
+    logLevel: emptyToUndefined(env.BEIDOU_LOG_LEVEL),
+  };
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const key = String(issue.path[0] ?? '');
+    const shown = (raw as Record<string, unknown>)[key];
+    const value = typeof shown === 'string' && key !== 'adminToken' && key !== 'secret' ? ` (got "${shown}")` : '';
+    throw new ConfigError(`invalid ${SOURCE_NAMES[key] ?? key}: ${issue.message}${value}`);
+  }
+  return parsed.data;
+}
+
+/** Create the home and prove it writable, so a bad home fails at start and not mid-run. */
+export function prepareHome(home: string): void {
+  try {
+    mkdirSync(path.join(home, 'events'), { recursive: true });
+    mkdirSync(path.join(home, 'plans'), { recursive: true });
+    accessSync(home, constants.W_OK);
+    const probe = path.join(home, `.write-probe-${process.pid}`);
+    writeFileSync(probe, '');
+    rmSync(probe);
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new ConfigError(`home ${home} is not writable (${reason})`);
+  }
+}
+
+export const homePaths = (home: string) => ({
+  events: path.join(home, 'events'),
+  plans: path.join(home, 'plans'),
+  statsDb: path.join(home, 'stats.db'),
+  secret: path.join(home, 'secret'),
+  adminToken: path.join(home, 'admin.token'),
+  skills: path.join(home, 'skills'),
+  workspaces: path.join(home, 'workspaces'),
+});

@@ -1,0 +1,242 @@
+import {
+  closeSync,
+  fdatasync,
+  fdatasyncSync,
+  fstatSync,
+  ftruncateSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  write,
+} from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { Clock } from '../util/ids.js';
+import type { EventDraft, StoredEvent } from './catalogue.js';
+import { EventLogFailedError, type AppendResult, type EventListener, type EventLog } from './log.js';
+
+interface TaskFile {
+  taskId: string;
+  fd: number;
+  /** Byte offset where each seq's line starts: offsets[seq - 1]. */
+  offsets: number[];
+  /** Byte length once every appended line is written. */
+  end: number;
+  /** Byte length and seq that are on disk and synced. */
+  durableEnd: number;
+  durableSeq: number;
+  /** Lines and events queued for the next group commit. */
+  pendingLines: string[];
+  pendingEvents: StoredEvent[];
+}
+
+interface Waiter {
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+const TASK_FILE = /^(.+)\.jsonl$/;
+
+/**
+ * The embedded event log: one `events/{task_id}.jsonl` per task. Appends are written by a
+ * group commit: every append made while a commit is in flight joins the next one, so fifty
+ * concurrent senders share one write and one fdatasync per file. A reply waits on
+ * `durable`, so what the server acknowledged is on disk.
+ */
+export class JsonlEventLog implements EventLog {
+  private readonly files = new Map<string, TaskFile>();
+  private readonly listeners = new Map<string, Set<EventListener>>();
+  private waiters: Waiter[] = [];
+  private dirty = new Set<TaskFile>();
+  private committing: Promise<void> | null = null;
+  private scheduled = false;
+  private failure: Error | null = null;
+
+  constructor(
+    private readonly dir: string,
+    private readonly clock: Clock,
+  ) {}
+
+  async open(onEvent: (event: StoredEvent) => void): Promise<void> {
+    for (const name of readdirSync(this.dir).sort()) {
+      const match = TASK_FILE.exec(name);
+      if (!match) continue;
+      const taskId = match[1]!;
+      const file = this.openFile(taskId);
+      this.replayFile(file, path.join(this.dir, name), onEvent);
+    }
+  }
+
+  /** Reads one file; a torn last line (a crash mid-write, never acknowledged) is cut off. */
+  private replayFile(file: TaskFile, filePath: string, onEvent: (event: StoredEvent) => void): void {
+    const data = readFileSync(filePath);
+    let start = 0;
+    let lineNo = 0;
+    while (start < data.length) {
+      const nl = data.indexOf(0x0a, start);
+      if (nl === -1) {
+        ftruncateSync(file.fd, start);
+        fdatasyncSync(file.fd);
+        break;
+      }
+      lineNo++;
+      const text = data.toString('utf8', start, nl);
+      let event: StoredEvent;
+      try {
+        event = JSON.parse(text) as StoredEvent;
+      } catch {
+        throw new Error(`${filePath}: line ${lineNo} is not valid JSON; refusing to start on a corrupt log`);
+      }
+      const expected = file.offsets.length + 1;
+      if (event.seq !== expected) {
+        throw new Error(`${filePath}: line ${lineNo} has seq ${event.seq}, expected ${expected}`);
+      }
+      file.offsets.push(start);
+      onEvent(event);
+      start = nl + 1;
+    }
+    file.end = file.durableEnd = start;
+    file.durableSeq = file.offsets.length;
+  }
+
+  private openFile(taskId: string): TaskFile {
+    let file = this.files.get(taskId);
+    if (file) return file;
+    const fd = openSync(path.join(this.dir, `${taskId}.jsonl`), 'a+');
+    const size = fstatSync(fd).size;
+    file = { taskId, fd, offsets: [], end: size, durableEnd: size, durableSeq: 0, pendingLines: [], pendingEvents: [] };
+    this.files.set(taskId, file);
+    return file;
+  }
+
+  append(drafts: readonly EventDraft[]): AppendResult {
+    if (this.failure) throw new EventLogFailedError(this.failure);
+    const ts = this.clock.now();
+    const events: StoredEvent[] = [];
+    for (const draft of drafts) {
+      const file = this.openFile(draft.task_id);
+      const { event: name, task_id, ...fields } = draft;
+      // Envelope first so a line reads well; serialised exactly once.
+      const event = { seq: file.offsets.length + 1, ts, event: name, task_id, ...fields } as StoredEvent;
+      const line = JSON.stringify(event) + '\n';
+      file.offsets.push(file.end);
+      file.end += Buffer.byteLength(line);
+      file.pendingLines.push(line);
+      file.pendingEvents.push(event);
+      this.dirty.add(file);
+      events.push(event);
+    }
+    const durable = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    this.schedule();
+    return { events, durable };
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.committing) return;
+    this.scheduled = true;
+    // setImmediate lets every append made in this turn of the event loop join the commit.
+    setImmediate(() => {
+      this.scheduled = false;
+      this.committing = this.commit().finally(() => {
+        this.committing = null;
+        if (this.waiters.length > 0) this.schedule();
+      });
+    });
+  }
+
+  private async commit(): Promise<void> {
+    const batch = [...this.dirty];
+    const waiters = this.waiters;
+    this.dirty = new Set();
+    this.waiters = [];
+    const written: Array<{ file: TaskFile; events: StoredEvent[]; end: number }> = [];
+    try {
+      await Promise.all(
+        batch.map(async (file) => {
+          const lines = file.pendingLines;
+          const events = file.pendingEvents;
+          file.pendingLines = [];
+          file.pendingEvents = [];
+          const buf = Buffer.from(lines.join(''));
+          let off = 0;
+          while (off < buf.length) {
+            const { bytesWritten } = await writeAt(file.fd, buf, off);
+            off += bytesWritten;
+          }
+          await datasync(file.fd);
+          written.push({ file, events, end: file.durableEnd + buf.length });
+        }),
+      );
+    } catch (err) {
+      // A failed write leaves memory ahead of disk: refuse every later append loudly.
+      this.failure = err as Error;
+      const error = new EventLogFailedError(err);
+      for (const w of waiters) w.reject(error);
+      return;
+    }
+    for (const { file, events, end } of written) {
+      file.durableEnd = end;
+      file.durableSeq = events[events.length - 1]!.seq;
+    }
+    for (const w of waiters) w.resolve();
+    for (const { file, events } of written) {
+      const set = this.listeners.get(file.taskId);
+      if (!set) continue;
+      for (const listener of set) listener(events);
+    }
+  }
+
+  read(taskId: string, since: number, limit: number): StoredEvent[] {
+    const file = this.files.get(taskId);
+    if (!file || limit <= 0) return [];
+    const from = Math.max(0, since);
+    const upTo = Math.min(file.durableSeq, from + limit);
+    if (upTo <= from) return [];
+    const start = file.offsets[from]!;
+    const end = upTo < file.offsets.length ? file.offsets[upTo]! : file.durableEnd;
+    const buf = Buffer.allocUnsafe(end - start);
+    let got = 0;
+    while (got < buf.length) got += readSync(file.fd, buf, got, buf.length - got, start + got);
+    const out: StoredEvent[] = [];
+    let s = 0;
+    while (s < buf.length) {
+      const nl = buf.indexOf(0x0a, s);
+      out.push(JSON.parse(buf.toString('utf8', s, nl)) as StoredEvent);
+      s = nl + 1;
+    }
+    return out;
+  }
+
+  durableSeq(taskId: string): number {
+    return this.files.get(taskId)?.durableSeq ?? 0;
+  }
+
+  subscribe(taskId: string, listener: EventListener): () => void {
+    let set = this.listeners.get(taskId);
+    if (!set) this.listeners.set(taskId, (set = new Set()));
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  async flush(): Promise<void> {
+    if (this.failure) throw new EventLogFailedError(this.failure);
+    if (this.waiters.length === 0 && !this.committing) return;
+    const { durable } = this.append([]);
+    await durable;
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.flush();
+    } finally {
+      for (const file of this.files.values()) closeSync(file.fd);
+      this.files.clear();
+    }
+  }
+}
+
+// The fd was opened with O_APPEND, so the kernel appends whatever position is given.
+const writeAt = (fd: number, buf: Buffer, off: number) =>
+  promisify(write)(fd, buf, off, buf.length - off, null);
+const datasync = promisify(fdatasync);

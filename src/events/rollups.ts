@@ -1,0 +1,191 @@
+import Database from 'better-sqlite3';
+import type { StoredEvent } from './catalogue.js';
+import { agentStatus } from '../registry/queries.js';
+import type { RegistryState } from '../registry/state.js';
+
+/**
+ * Rollups: aggregated rows for dashboards and SQL, never a source of truth. They are derived
+ * from the registry state for the entities each event touched, batched off the hot path,
+ * and rebuilt whole from the state (itself a reduction of the logs) at start.
+ * `RollupStore` is the seam where a shared database can replace the embedded SQLite.
+ */
+export interface RollupStore {
+  /** Marks what these events touched; written in the next batch. */
+  track(events: readonly StoredEvent[]): void;
+  /** Rewrites every row from the state. */
+  rebuild(): void;
+  flush(): void;
+  close(): void;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS tasks (
+  task_id TEXT PRIMARY KEY, name TEXT, text TEXT NOT NULL, status TEXT NOT NULL,
+  root_agent_id TEXT NOT NULL, created_at REAL NOT NULL, ended_at REAL,
+  agent_count INTEGER NOT NULL, team_count INTEGER NOT NULL, event_count INTEGER NOT NULL,
+  input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS teams (
+  team_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, name TEXT NOT NULL, leader_id TEXT NOT NULL,
+  parent_team_id TEXT, depth INTEGER NOT NULL, member_count INTEGER NOT NULL, created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agents (
+  agent_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, team_id TEXT, name TEXT NOT NULL, role TEXT,
+  skill TEXT NOT NULL, model TEXT, leader_id TEXT NOT NULL, status TEXT NOT NULL,
+  created_at REAL NOT NULL, terminated_at REAL,
+  input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, cost_usd REAL NOT NULL,
+  tool_calls INTEGER NOT NULL, llm_calls INTEGER NOT NULL,
+  messages_sent INTEGER NOT NULL, messages_delivered INTEGER NOT NULL, inbox_depth INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS questions (
+  qid TEXT PRIMARY KEY, task_id TEXT NOT NULL, asker_agent_id TEXT NOT NULL, holder TEXT,
+  status TEXT NOT NULL, prompt TEXT NOT NULL, created_at REAL NOT NULL, answered_at REAL
+);
+CREATE INDEX IF NOT EXISTS agents_by_task ON agents(task_id);
+CREATE INDEX IF NOT EXISTS teams_by_task ON teams(task_id);
+CREATE INDEX IF NOT EXISTS questions_by_task ON questions(task_id);
+`;
+
+const BATCH_MS = 100;
+
+export class SqliteRollups implements RollupStore {
+  private readonly db: Database.Database;
+  private readonly tasks = new Set<string>();
+  private readonly agents = new Set<string>();
+  private readonly teams = new Set<string>();
+  private timer: NodeJS.Timeout | null = null;
+  private readonly upsertTask: Database.Statement;
+  private readonly upsertTeam: Database.Statement;
+  private readonly upsertAgent: Database.Statement;
+
+  constructor(
+    file: string,
+    private readonly state: RegistryState,
+  ) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.exec(SCHEMA);
+    this.upsertTask = this.db.prepare(
+      `INSERT OR REPLACE INTO tasks VALUES (@task_id, @name, @text, @status, @root_agent_id, @created_at, @ended_at,
+        @agent_count, @team_count, @event_count, @input_tokens, @output_tokens, @cost_usd)`,
+    );
+    this.upsertTeam = this.db.prepare(
+      `INSERT OR REPLACE INTO teams VALUES (@team_id, @task_id, @name, @leader_id, @parent_team_id, @depth, @member_count, @created_at)`,
+    );
+    this.upsertAgent = this.db.prepare(
+      `INSERT OR REPLACE INTO agents VALUES (@agent_id, @task_id, @team_id, @name, @role, @skill, @model, @leader_id,
+        @status, @created_at, @terminated_at, @input_tokens, @output_tokens, @cost_usd, @tool_calls, @llm_calls,
+        @messages_sent, @messages_delivered, @inbox_depth)`,
+    );
+  }
+
+  track(events: readonly StoredEvent[]): void {
+    for (const e of events) {
+      this.tasks.add(e.task_id);
+      const fields = e as unknown as Record<string, unknown>;
+      for (const key of ['agent_id', 'caller_id', 'to', 'leader_id'] as const) {
+        const v = fields[key];
+        if (typeof v === 'string') this.agents.add(v);
+      }
+      if (typeof fields.team_id === 'string') this.teams.add(fields.team_id);
+    }
+    if (!this.timer) {
+      this.timer = setTimeout(() => this.flush(), BATCH_MS);
+      this.timer.unref();
+    }
+  }
+
+  rebuild(): void {
+    for (const id of this.state.tasks.keys()) this.tasks.add(id);
+    for (const id of this.state.teams.keys()) this.teams.add(id);
+    for (const id of this.state.agents.keys()) this.agents.add(id);
+    this.flush();
+  }
+
+  flush(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const write = this.db.transaction(() => {
+      for (const id of this.tasks) this.writeTask(id);
+      for (const id of this.teams) this.writeTeam(id);
+      for (const id of this.agents) this.writeAgent(id);
+    });
+    write();
+    this.tasks.clear();
+    this.teams.clear();
+    this.agents.clear();
+  }
+
+  private writeTask(id: string): void {
+    const t = this.state.tasks.get(id);
+    if (!t) return;
+    let input = 0;
+    let output = 0;
+    let cost = 0;
+    for (const agentId of t.agent_ids) {
+      const s = this.state.agents.get(agentId)?.stats;
+      if (!s) continue;
+      input += s.input_tokens;
+      output += s.output_tokens;
+      cost += s.cost_usd;
+    }
+    this.upsertTask.run({
+      task_id: t.task_id,
+      name: t.name,
+      text: t.text,
+      status: t.status,
+      root_agent_id: t.root_agent_id,
+      created_at: t.created_at,
+      ended_at: t.ended_at,
+      agent_count: t.agent_ids.length,
+      team_count: t.team_ids.length,
+      event_count: t.event_count,
+      input_tokens: input,
+      output_tokens: output,
+      cost_usd: cost,
+    });
+  }
+
+  private writeTeam(id: string): void {
+    const t = this.state.teams.get(id);
+    if (!t) return;
+    this.upsertTeam.run({
+      team_id: t.team_id,
+      task_id: t.task_id,
+      name: t.name,
+      leader_id: t.leader_id,
+      parent_team_id: t.parent_team_id,
+      depth: t.depth,
+      member_count: t.member_ids.length,
+      created_at: t.created_at,
+    });
+  }
+
+  private writeAgent(id: string): void {
+    const a = this.state.agents.get(id);
+    if (!a) return;
+    this.upsertAgent.run({
+      agent_id: a.agent_id,
+      task_id: a.task_id,
+      team_id: a.team_id,
+      name: a.name,
+      role: a.role,
+      skill: a.skill,
+      model: a.model,
+      leader_id: a.leader_id,
+      status: agentStatus(a),
+      created_at: a.created_at,
+      terminated_at: a.terminated_at,
+      ...a.stats,
+      messages_sent: a.sent_count,
+      messages_delivered: a.delivered_count,
+      inbox_depth: a.inbox.size,
+    });
+  }
+
+  close(): void {
+    this.flush();
+    this.db.close();
+  }
+}

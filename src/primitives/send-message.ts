@@ -1,0 +1,38 @@
+import { z } from 'zod';
+import { postMessage } from '../runtime/messages.js';
+import { definePrimitive } from './define.js';
+import { PrimitiveError, invalidInput } from './errors.js';
+
+export const sendMessage = definePrimitive({
+  name: 'send_message',
+  title: 'Send a message',
+  description: [
+    'Send a message to another agent of your task; it lands in their inbox and reaches them as their next turn.',
+    'Use list_peers to find agent ids. Non-blocking: returns once the message is stored.',
+    'A message from a leader to a child that signalled review also acknowledges the review (rework).',
+    'Errors: unknown_recipient (no such agent), task_mismatch (the agent belongs to another task),',
+    'recipient_terminated (it was terminated; escalate to your own leader instead of replacing it),',
+    'inbox_full (it has too many unread messages; wait and retry).',
+  ].join(' '),
+  inputSchema: z.strictObject({
+    to: z.string().min(1, 'must be an agent id').describe("Recipient's agent id (same task)."),
+    content: z.string().min(1, 'must not be empty').describe('Message body; include enough context to act on it.'),
+  }),
+  outputSchema: z.object({
+    delivered: z.literal(true),
+    message_id: z.string(),
+  }),
+  annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
+  async handler({ to, content }, { services, caller }) {
+    if (to === caller.agent_id) throw invalidInput('to', 'you cannot send a message to yourself');
+    const recipient = services.registry.agent(to);
+    if (!recipient) {
+      throw new PrimitiveError('unknown_recipient', `no agent ${to} exists; use list_peers to find agent ids`, { to });
+    }
+    if (recipient.task_id !== caller.task_id) {
+      throw new PrimitiveError('task_mismatch', `agent ${to} belongs to another task; you can only message agents of your own task`, { to });
+    }
+    const messageId = await postMessage(services, caller.agent_id, recipient, content);
+    return { delivered: true as const, message_id: messageId };
+  },
+});

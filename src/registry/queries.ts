@@ -1,0 +1,90 @@
+import type { RegistryState, AgentRecord, AgentStatus, TeamRecord } from './state.js';
+
+/** Read-only views over the state. Nothing here changes it. */
+
+export function agentStatus(agent: AgentRecord): AgentStatus {
+  if (agent.terminate_consumed) return 'terminated';
+  if (agent.terminate_posted) return 'terminating';
+  if (agent.launch) return 'pending_launch';
+  return 'active';
+}
+
+export type PeerScope = 'team' | 'children' | 'all';
+
+export interface PeerView {
+  agent_id: string;
+  role: string | null;
+  team_id: string | null;
+  status: AgentStatus;
+  is_leader_of: string[];
+  name: string | null;
+}
+
+export function peerView(agent: AgentRecord): PeerView {
+  return {
+    agent_id: agent.agent_id,
+    role: agent.role,
+    team_id: agent.team_id,
+    status: agentStatus(agent),
+    is_leader_of: [...agent.leads],
+    name: agent.name,
+  };
+}
+
+/**
+ * `team`: the caller's teammates and the leader of its team (the agents it works beside and
+ * answers to); `children`: members of every team the caller leads; `all`: every agent of
+ * the task, the caller included. Order is registration order, so it is stable.
+ */
+export function peersOf(state: RegistryState, caller: AgentRecord, scope: PeerScope): AgentRecord[] {
+  const task = state.tasks.get(caller.task_id);
+  if (!task) return [];
+  const byId = (id: string) => state.agents.get(id);
+  if (scope === 'all') return task.agent_ids.map(byId).filter((a): a is AgentRecord => a !== undefined);
+  if (scope === 'children') return directChildren(state, caller);
+  if (!caller.team_id) return [];
+  const team = state.teams.get(caller.team_id);
+  if (!team) return [];
+  const ids = [team.leader_id, ...team.member_ids].filter((id) => id !== caller.agent_id);
+  return ids.map(byId).filter((a): a is AgentRecord => a !== undefined);
+}
+
+/** Members of the teams the agent leads (one hop), itself excluded. */
+export function directChildren(state: RegistryState, leader: AgentRecord): AgentRecord[] {
+  const out: AgentRecord[] = [];
+  for (const teamId of leader.leads) {
+    const team = state.teams.get(teamId);
+    if (!team) continue;
+    for (const id of team.member_ids) {
+      const member = state.agents.get(id);
+      if (member && member.agent_id !== leader.agent_id) out.push(member);
+    }
+  }
+  return out;
+}
+
+/**
+ * The depth a team led by `leader` has: the root's teams are depth 1, and a team led by a
+ * member of a depth-d team is depth d+1.
+ */
+export function depthOfTeamLedBy(state: RegistryState, leader: AgentRecord): number {
+  const own: TeamRecord | undefined = leader.team_id ? state.teams.get(leader.team_id) : undefined;
+  return (own?.depth ?? 0) + 1;
+}
+
+/**
+ * Depth-first order for a termination cascade: every agent in the teams `target` leads,
+ * deepest first, then `target` itself. Agents already terminated are skipped.
+ */
+export function cascadeOrder(state: RegistryState, target: AgentRecord): AgentRecord[] {
+  const out: AgentRecord[] = [];
+  const seen = new Set<string>();
+  const visit = (agent: AgentRecord) => {
+    if (seen.has(agent.agent_id)) return;
+    seen.add(agent.agent_id);
+    for (const child of directChildren(state, agent)) visit(child);
+    if (!agent.terminate_consumed) out.push(agent);
+  };
+  visit(target);
+  return out;
+}

@@ -1,0 +1,51 @@
+import type { EventDraft, StoredEvent } from '../events/catalogue.js';
+import type { EventLog } from '../events/log.js';
+import { reduce } from './reducer.js';
+import { emptyState, type AgentRecord, type RegistryState, type TaskRecord, type TeamRecord } from './state.js';
+
+export type CommitObserver = (events: readonly StoredEvent[]) => void;
+
+/**
+ * The registry: state as a reduction of the event log. A change is made only by
+ * `commit(drafts)`: the log assigns each event its `seq`, the reducer applies it at once (so
+ * the next decision, even in the same tick, sees it), and the returned promise settles when
+ * the events are durable. Callers reply only after that, so nothing acknowledged is lost.
+ */
+export class Registry {
+  readonly state: RegistryState = emptyState();
+  private readonly observers = new Set<CommitObserver>();
+
+  constructor(readonly log: EventLog) {}
+
+  /** Rebuilds the whole state by reducing the logs in order. */
+  async open(): Promise<void> {
+    await this.log.open((event) => reduce(this.state, event));
+  }
+
+  /** Appends, reduces and tells observers; resolves with the events once they are durable. */
+  async commit(drafts: readonly EventDraft[]): Promise<StoredEvent[]> {
+    const { events, durable } = this.log.append(drafts);
+    for (const event of events) reduce(this.state, event);
+    for (const observer of this.observers) observer(events);
+    await durable;
+    return events;
+  }
+
+  /** In-process observers see events as they are applied (before they are durable). */
+  observe(observer: CommitObserver): () => void {
+    this.observers.add(observer);
+    return () => this.observers.delete(observer);
+  }
+
+  task(taskId: string): TaskRecord | undefined {
+    return this.state.tasks.get(taskId);
+  }
+
+  agent(agentId: string): AgentRecord | undefined {
+    return this.state.agents.get(agentId);
+  }
+
+  team(teamId: string): TeamRecord | undefined {
+    return this.state.teams.get(teamId);
+  }
+}

@@ -1,0 +1,35 @@
+import { PrimitiveError } from '../primitives/errors.js';
+import type { AgentRecord } from '../registry/state.js';
+import type { Services } from './services.js';
+
+/**
+ * Puts a message into an agent's inbox: the checks every sender shares (an agent through
+ * `send_message`, the user through the admin API), then one `send_message` event.
+ */
+export async function postMessage(
+  services: Services,
+  fromId: string,
+  recipient: AgentRecord,
+  content: string,
+): Promise<string> {
+  if (recipient.terminate_consumed) {
+    throw new PrimitiveError(
+      'recipient_terminated',
+      `${recipient.name} (${recipient.agent_id}) has been terminated and can no longer receive messages; escalate to your own leader rather than spawning a replacement`,
+      { to: recipient.agent_id },
+    );
+  }
+  const cap = services.config.inboxCap;
+  if (recipient.inbox.size >= cap) {
+    throw new PrimitiveError(
+      'inbox_full',
+      `${recipient.name}'s inbox holds ${recipient.inbox.size} undelivered messages (the cap is ${cap}); wait for it to read them`,
+      { to: recipient.agent_id, undelivered: recipient.inbox.size, cap },
+    );
+  }
+  const messageId = services.ids.next('msg');
+  await services.registry.commit([
+    { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: messageId },
+  ]);
+  return messageId;
+}

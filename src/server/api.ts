@@ -1,0 +1,168 @@
+import { Router, type Request } from 'express';
+import { createSession } from 'better-sse';
+import { z } from 'zod';
+import type { StoredEvent } from '../events/catalogue.js';
+import { createTask, terminateCascade } from '../runtime/agents.js';
+import { postMessage } from '../runtime/messages.js';
+import type { Services } from '../runtime/services.js';
+import { SkillLoadError } from '../skills/loader.js';
+import { USER } from '../registry/state.js';
+import { VERSION } from '../util/version.js';
+import type { Authenticator } from './auth.js';
+import { ApiError, parseOr400 } from './http-errors.js';
+import { agentView, taskDetail, taskSummary } from './views.js';
+
+const createTaskBody = z.strictObject({
+  task: z.string().trim().min(1, 'must describe the task'),
+  skill: z.string().min(1).default('leader'),
+  model: z.string().min(1).optional(),
+  name: z.string().min(1).max(200).optional(),
+  workspace: z.string().min(1).optional(),
+  spawn: z.boolean().default(true),
+});
+
+const sendBody = z.strictObject({ content: z.string().min(1, 'must not be empty') });
+const emptyBody = z.strictObject({});
+
+const eventsQuery = z.object({
+  since: z.coerce.number().int().min(0).default(0),
+  limit: z.coerce.number().int().min(1).max(10_000).default(1_000),
+});
+
+/** The admin REST API (SPEC §2.4). Thin: parse, call a domain operation, render a view. */
+export function adminApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
+  const { registry, tokens, skills, ids } = services;
+  const api = Router();
+
+  api.get('/health', (_req, res) => {
+    res.json({ ok: true, version: VERSION });
+  });
+
+  const admin = auth.require('admin');
+
+  api.post('/tasks', admin, async (req, res) => {
+    const body = parseOr400(createTaskBody, req.body);
+    let skill;
+    try {
+      skill = skills.load(body.skill);
+    } catch (err) {
+      const reason = err instanceof SkillLoadError ? err.message : String(err);
+      throw new ApiError(400, 'unknown_skill', `skill "${body.skill}" does not resolve to a loadable SKILL.md`, {
+        field: 'skill',
+        reason,
+        available: skills.names(),
+      });
+    }
+    const { taskId, rootAgentId } = await createTask(services, {
+      task: body.task,
+      skill,
+      model: body.model ?? null,
+      name: body.name ?? null,
+      workspace: body.workspace ?? null,
+      spawn: body.spawn,
+    });
+    const token = await tokens.mintAgent(rootAgentId, taskId);
+    res.status(201).json({ task_id: taskId, root_agent_id: rootAgentId, token, mcp_url: mcpUrl(req) });
+  });
+
+  api.get('/tasks', admin, (_req, res) => {
+    const tasks = [...registry.state.tasks.values()]
+      .sort((a, b) => b.created_at - a.created_at)
+      .map((t) => taskSummary(registry.state, t));
+    res.json({ tasks });
+  });
+
+  const taskOr404 = (id: string) => {
+    const task = registry.task(id);
+    if (!task) throw new ApiError(404, 'unknown_task', `no task ${id}`);
+    return task;
+  };
+  const agentOr404 = (id: string) => {
+    const agent = registry.agent(id);
+    if (!agent) throw new ApiError(404, 'unknown_agent', `no agent ${id}`);
+    return agent;
+  };
+
+  api.get('/tasks/:id', admin, (req, res) => {
+    res.json(taskDetail(registry.state, taskOr404(param(req, 'id'))));
+  });
+
+  api.post('/tasks/:id/terminate', admin, async (req, res) => {
+    parseOr400(emptyBody, req.body);
+    const task = taskOr404(param(req, 'id'));
+    const root = registry.agent(task.root_agent_id)!;
+    if (task.status !== 'running' || root.terminate_posted) {
+      throw new ApiError(409, 'already_terminating', `task ${task.task_id} is already ${task.status === 'running' ? 'terminating' : task.status}`);
+    }
+    await terminateCascade(services, USER, root, 'admin');
+    res.json({ ok: true });
+  });
+
+  api.get('/tasks/:id/events', admin, (req, res) => {
+    const task = taskOr404(param(req, 'id'));
+    const { since, limit } = parseOr400(eventsQuery, req.query);
+    const events = registry.log.read(task.task_id, since, limit);
+    res.json({ events, cursor: events.length > 0 ? events[events.length - 1]!.seq : since });
+  });
+
+  api.get('/tasks/:id/events/stream', admin, async (req, res) => {
+    const task = taskOr404(param(req, 'id'));
+    const { since: sinceQuery } = parseOr400(eventsQuery, req.query);
+    const lastEventId = Number.parseInt(req.header('last-event-id') ?? '', 10);
+    let cursor = Number.isFinite(lastEventId) && lastEventId >= 0 ? lastEventId : sinceQuery;
+    const session = await createSession(req, res, { keepAlive: 15_000, trustClientEventId: false });
+    const send = (e: StoredEvent) => {
+      if (e.seq <= cursor) return;
+      cursor = e.seq;
+      session.push(e, 'message', String(e.seq));
+    };
+    // The backlog is read synchronously, then live batches follow: no gap, no duplicate.
+    for (;;) {
+      const batch = registry.log.read(task.task_id, cursor, 1_000);
+      if (batch.length === 0) break;
+      batch.forEach(send);
+    }
+    const unsubscribe = registry.log.subscribe(task.task_id, (events) => events.forEach(send));
+    const end = () => res.end();
+    stopping.addEventListener('abort', end, { once: true });
+    session.on('disconnected', () => {
+      unsubscribe();
+      stopping.removeEventListener('abort', end);
+    });
+  });
+
+  api.get('/agents/:id', admin, (req, res) => {
+    res.json(agentView(agentOr404(param(req, 'id'))));
+  });
+
+  api.post('/agents/:id/send', admin, async (req, res) => {
+    const { content } = parseOr400(sendBody, req.body);
+    const agent = agentOr404(param(req, 'id'));
+    const messageId = await postMessage(services, USER, agent, content);
+    res.json({ ok: true, message_id: messageId });
+  });
+
+  api.post('/agents/:id/token', admin, async (req, res) => {
+    parseOr400(emptyBody, req.body);
+    const agent = agentOr404(param(req, 'id'));
+    if (agent.terminate_consumed) {
+      throw new ApiError(409, 'agent_terminated', `agent ${agent.agent_id} has been terminated; a token for it would not work`);
+    }
+    res.json({ token: await tokens.mintAgent(agent.agent_id, agent.task_id) });
+  });
+
+  api.post('/spawner-tokens', admin, async (req, res) => {
+    parseOr400(emptyBody, req.body);
+    res.json({ token: await tokens.mintSpawner(ids.next('sp')) });
+  });
+
+  return api;
+}
+
+function param(req: Request, name: string): string {
+  return String(req.params[name] ?? '');
+}
+
+function mcpUrl(req: Request): string {
+  return `${req.protocol}://${req.get('host') ?? 'localhost'}/mcp`;
+}

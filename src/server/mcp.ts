@@ -1,0 +1,196 @@
+import { randomUUID } from 'node:crypto';
+import type { Express, Request, Response } from 'express';
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import {
+  CallToolRequestSchema,
+  ListToolsRequestSchema,
+  isInitializeRequest,
+  type CallToolResult,
+} from '@modelcontextprotocol/sdk/types.js';
+import { invokePrimitive } from '../primitives/invoke.js';
+import { PrimitiveError } from '../primitives/errors.js';
+import { PRIMITIVES_BY_NAME } from '../primitives/index.js';
+import type { Services } from '../runtime/services.js';
+import { VERSION } from '../util/version.js';
+import type { Authenticator } from './auth.js';
+import { TOOL_LIST } from './tool-listing.js';
+
+/**
+ * The MCP endpoint: Streamable HTTP at /mcp and legacy HTTP+SSE at /sse + /messages. Each
+ * session is bound to the agent whose token opened it; the same tools serve both.
+ */
+
+interface McpSession {
+  id: string;
+  agentId: string;
+  server: Server;
+  transport: Transport;
+}
+
+export class McpSessions {
+  private readonly sessions = new Map<string, McpSession>();
+  private readonly byAgent = new Map<string, Set<McpSession>>();
+
+  constructor(private readonly services: Services) {
+    // A wake-up nudge on every open session of the recipient; delivery itself is elsewhere.
+    services.inboxes.onArrival((agentId, message) => {
+      const set = this.byAgent.get(agentId);
+      if (!set) return;
+      const text = services.inboxes.deliveredText(message);
+      for (const session of set) {
+        session.server
+          .notification({
+            method: 'notifications/claude/channel',
+            params: { content: text, meta: { message_id: message.message_id, from: message.from } },
+          })
+          .catch(() => undefined);
+        session.server
+          .sendLoggingMessage({ level: 'info', logger: 'beidou.inbox', data: { message_id: message.message_id, from: message.from, text } })
+          .catch(() => undefined);
+      }
+    });
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  get(id: string): McpSession | undefined {
+    return this.sessions.get(id);
+  }
+
+  /** One SDK server per session, with the tool handlers bound to the session's agent. */
+  private newServer(agentId: string): Server {
+    const server = new Server(
+      { name: 'beidou', version: VERSION },
+      {
+        capabilities: { tools: { listChanged: false }, logging: {}, experimental: { 'claude/channel': {} } },
+        instructions:
+          'Beidou coordinates a team of agents. Your identity comes from your token. Use send_message to talk to peers, list_peers to find them, read_inbox to read messages if your client does not deliver them as turns.',
+      },
+    );
+    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOL_LIST }));
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+      const { services } = this;
+      const primitive = PRIMITIVES_BY_NAME.get(request.params.name);
+      const caller = services.registry.agent(agentId);
+      if (!primitive || !caller) {
+        const error = !caller
+          ? new PrimitiveError('internal_error', 'the calling agent is no longer registered')
+          : new PrimitiveError('invalid_input', `name: no tool named "${request.params.name}"`, { field: 'name' });
+        return errorResult(error);
+      }
+      const progressToken = request.params._meta?.progressToken;
+      let progress = 0;
+      const result = await invokePrimitive(primitive, request.params.arguments, {
+        services,
+        caller,
+        signal: extra.signal,
+        progress: async (message) => {
+          if (progressToken === undefined) return;
+          await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: ++progress, message } });
+        },
+      });
+      if (!result.ok) return errorResult(result.error);
+      return { content: [{ type: 'text', text: JSON.stringify(result.output) }], structuredContent: result.output };
+    });
+    return server;
+  }
+
+  private add(session: McpSession): void {
+    this.sessions.set(session.id, session);
+    let set = this.byAgent.get(session.agentId);
+    if (!set) this.byAgent.set(session.agentId, (set = new Set()));
+    set.add(session);
+  }
+
+  private remove(id: string): void {
+    const session = this.sessions.get(id);
+    if (!session) return;
+    this.sessions.delete(id);
+    const set = this.byAgent.get(session.agentId);
+    set?.delete(session);
+    if (set && set.size === 0) this.byAgent.delete(session.agentId);
+  }
+
+  /** Routes for /mcp, /sse and /messages (auth has already run and set req.principal). */
+  mount(app: Express, auth: Authenticator): void {
+    const agentOnly = auth.require('agent');
+
+    const streamable = async (req: Request, res: Response) => {
+      const agentId = principalAgent(req);
+      const sessionId = req.header('mcp-session-id');
+      if (sessionId) {
+        const session = this.sessions.get(sessionId);
+        if (!session) return jsonRpcError(res, 404, -32001, 'Session not found; initialize a new session');
+        if (session.agentId !== agentId) return forbidden(res);
+        await (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body);
+        return;
+      }
+      if (req.method !== 'POST' || !isInitializeRequest(req.body)) {
+        return jsonRpcError(res, 400, -32000, 'Bad Request: send an initialize request first, or an Mcp-Session-Id header');
+      }
+      const server = this.newServer(agentId);
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => this.add({ id, agentId, server, transport }),
+      });
+      transport.onclose = () => {
+        if (transport.sessionId) this.remove(transport.sessionId);
+      };
+      await server.connect(transport);
+      await transport.handleRequest(req, res, req.body);
+    };
+    app.post('/mcp', agentOnly, streamable);
+    app.get('/mcp', agentOnly, streamable);
+    app.delete('/mcp', agentOnly, streamable);
+
+    app.get('/sse', agentOnly, async (req, res) => {
+      const agentId = principalAgent(req);
+      const transport = new SSEServerTransport('/messages', res);
+      const server = this.newServer(agentId);
+      const id = transport.sessionId;
+      this.add({ id, agentId, server, transport });
+      transport.onclose = () => this.remove(id);
+      res.on('close', () => this.remove(id));
+      await server.connect(transport);
+    });
+    app.post('/messages', agentOnly, async (req, res) => {
+      const id = typeof req.query.sessionId === 'string' ? req.query.sessionId : '';
+      const session = this.sessions.get(id);
+      if (!session || !(session.transport instanceof SSEServerTransport)) {
+        return void res.status(404).json({ error: 'unknown_session', message: 'no SSE session with that sessionId; open GET /sse first' });
+      }
+      if (session.agentId !== principalAgent(req)) return forbidden(res);
+      await session.transport.handlePostMessage(req, res, req.body);
+    });
+  }
+
+  async closeAll(): Promise<void> {
+    const all = [...this.sessions.values()];
+    await Promise.allSettled(all.map((s) => s.server.close()));
+    this.sessions.clear();
+    this.byAgent.clear();
+  }
+}
+
+function principalAgent(req: Request): string {
+  const p = req.principal;
+  if (p?.kind !== 'agent') throw new Error('agent route reached without an agent principal');
+  return p.agentId;
+}
+
+function errorResult(error: PrimitiveError): CallToolResult {
+  return { isError: true, content: [{ type: 'text', text: JSON.stringify(error.toJSON()) }] };
+}
+
+function jsonRpcError(res: Response, status: number, code: number, message: string): void {
+  res.status(status).json({ jsonrpc: '2.0', error: { code, message }, id: null });
+}
+
+function forbidden(res: Response): void {
+  res.status(403).json({ error: 'session_forbidden', message: 'this MCP session belongs to another agent; open your own session with your token' });
+}

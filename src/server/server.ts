@@ -1,0 +1,132 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { homePaths, prepareHome, type Config } from '../config.js';
+import { JsonlEventLog } from '../events/jsonl-log.js';
+import { SqliteRollups } from '../events/rollups.js';
+import { newAdminToken, newSigningSecret, readOrCreateSecretFile } from '../identity/secrets.js';
+import { TokenService } from '../identity/tokens.js';
+import { Registry } from '../registry/registry.js';
+import { Inboxes } from '../runtime/inbox.js';
+import { newLocks, type Services } from '../runtime/services.js';
+import { SkillCatalog } from '../skills/loader.js';
+import { randomIds, systemClock, type Clock, type IdSource } from '../util/ids.js';
+import { createLogger, type Logger } from '../util/logger.js';
+import { PACKAGE_ROOT } from '../util/version.js';
+import { buildApp } from './app.js';
+import { Authenticator } from './auth.js';
+import { McpSessions } from './mcp.js';
+
+export interface StartOptions {
+  logger?: Logger;
+  clock?: Clock;
+  ids?: IdSource;
+}
+
+export interface BeidouServer {
+  url: string;
+  port: number;
+  host: string;
+  adminToken: string;
+  adminTokenFile: string | null;
+  services: Services;
+  close(): Promise<void>;
+}
+
+/** How long a stop waits for in-flight requests before cutting connections. */
+const DRAIN_MS = 5_000;
+
+export function skillRoots(config: Config): string[] {
+  return [path.join(PACKAGE_ROOT, 'skills'), homePaths(config.home).skills, ...config.skillsRoots];
+}
+
+/**
+ * Starts the server: prepares the home, rebuilds the registry from the logs, rewrites the
+ * rollups, and listens. Resolves once it accepts connections.
+ */
+export async function startServer(config: Config, options: StartOptions = {}): Promise<BeidouServer> {
+  const logger = options.logger ?? createLogger(config.logLevel);
+  const clock = options.clock ?? systemClock;
+  prepareHome(config.home);
+  const paths = homePaths(config.home);
+
+  const adminToken = config.adminToken ?? readOrCreateSecretFile(paths.adminToken, newAdminToken);
+  const secret = config.secret ?? readOrCreateSecretFile(paths.secret, newSigningSecret);
+
+  const log = new JsonlEventLog(paths.events, clock);
+  const registry = new Registry(log);
+  const started = Date.now();
+  await registry.open();
+  const rollups = new SqliteRollups(paths.statsDb, registry.state);
+  rollups.rebuild();
+  registry.observe((events) => rollups.track(events));
+
+  const skills = new SkillCatalog(skillRoots(config));
+  for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
+
+  const services: Services = {
+    config,
+    registry,
+    skills,
+    tokens: new TokenService(secret, config.tokenTtlS, () => clock.now()),
+    inboxes: new Inboxes(registry),
+    clock,
+    ids: options.ids ?? randomIds,
+    logger,
+    locks: newLocks(),
+  };
+  logger.info(
+    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Date.now() - started },
+    'registry rebuilt from the event logs',
+  );
+
+  const stopping = new AbortController();
+  const auth = new Authenticator(adminToken, services.tokens, registry);
+  const mcp = new McpSessions(services);
+  const app = buildApp(services, auth, mcp, stopping.signal);
+  const httpServer = http.createServer(app);
+  // Long-blocking tool calls (ask_user) must not be cut by Node's default timeouts.
+  httpServer.requestTimeout = 0;
+  httpServer.headersTimeout = 60_000;
+  httpServer.keepAliveTimeout = 65_000;
+
+  await new Promise<void>((resolve, reject) => {
+    httpServer.once('error', reject);
+    httpServer.listen(config.port, config.host, () => {
+      httpServer.off('error', reject);
+      resolve();
+    });
+  });
+  const address = httpServer.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+
+  let closing: Promise<void> | null = null;
+  const close = () =>
+    (closing ??= (async () => {
+      // Stop accepting, end the long-lived streams, let in-flight requests finish, then
+      // flush the log and the rollups.
+      const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+      stopping.abort();
+      services.inboxes.wakeAll();
+      await mcp.closeAll();
+      httpServer.closeIdleConnections();
+      const timer = setTimeout(() => httpServer.closeAllConnections(), DRAIN_MS);
+      await closed;
+      clearTimeout(timer);
+      await log.close();
+      rollups.close();
+      logger.info('stopped');
+      await new Promise<void>((resolve) => logger.flush(() => resolve()));
+    })());
+
+  return {
+    url,
+    port: address.port,
+    host: config.host,
+    adminToken,
+    adminTokenFile: config.adminToken ? null : paths.adminToken,
+    services,
+    close,
+  };
+}

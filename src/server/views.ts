@@ -1,0 +1,94 @@
+import { agentStatus } from '../registry/queries.js';
+import type { AgentRecord, RegistryState, TaskRecord, TeamRecord } from '../registry/state.js';
+
+/** JSON views of registry records for the admin API (inboxes as counts, ids as strings). */
+
+export function agentView(a: AgentRecord) {
+  return {
+    agent_id: a.agent_id,
+    task_id: a.task_id,
+    name: a.name,
+    role: a.role,
+    skill: a.skill,
+    description: a.description,
+    model: a.model,
+    team_id: a.team_id,
+    leader_id: a.leader_id,
+    plan_task_id: a.plan_task_id,
+    status: agentStatus(a),
+    leads: [...a.leads],
+    inbox_depth: a.inbox.size,
+    messages_sent: a.sent_count,
+    messages_delivered: a.delivered_count,
+    workspace_path: a.workspace_path,
+    project_workspace_path: a.project_workspace_path,
+    created_at: a.created_at,
+    terminated_at: a.terminated_at,
+    launch: a.launch ? { state: 'queued' as const, ...a.launch } : null,
+    stats: { ...a.stats },
+  };
+}
+
+export function teamView(t: TeamRecord) {
+  return {
+    team_id: t.team_id,
+    name: t.name,
+    leader_id: t.leader_id,
+    parent_team_id: t.parent_team_id,
+    depth: t.depth,
+    task: t.task,
+    rules: [...t.rules],
+    member_ids: [...t.member_ids],
+    created_at: t.created_at,
+    via: t.via,
+  };
+}
+
+export function taskView(t: TaskRecord) {
+  return {
+    task_id: t.task_id,
+    name: t.name,
+    text: t.text,
+    status: t.status,
+    skill: t.skill,
+    model: t.model,
+    workspace: t.workspace,
+    spawn: t.spawn,
+    root_agent_id: t.root_agent_id,
+    created_at: t.created_at,
+    ended_at: t.ended_at,
+    end_reason: t.end_reason,
+    last_event_at: t.last_event_at,
+    event_count: t.event_count,
+  };
+}
+
+export function taskSummary(state: RegistryState, t: TaskRecord) {
+  let live = 0;
+  for (const id of t.agent_ids) {
+    const a = state.agents.get(id);
+    if (a && !a.terminate_consumed) live++;
+  }
+  return { ...taskView(t), agents: { total: t.agent_ids.length, live } };
+}
+
+export function taskDetail(state: RegistryState, t: TaskRecord) {
+  const agents = t.agent_ids.map((id) => state.agents.get(id)).filter((a): a is AgentRecord => a !== undefined);
+  const stats = { agents: agents.length, live_agents: 0, teams: t.team_ids.length, events: t.event_count, input_tokens: 0, output_tokens: 0, cost_usd: 0, messages: 0, undelivered: 0 };
+  for (const a of agents) {
+    if (!a.terminate_consumed) stats.live_agents++;
+    stats.input_tokens += a.stats.input_tokens;
+    stats.output_tokens += a.stats.output_tokens;
+    stats.cost_usd += a.stats.cost_usd;
+    stats.messages += a.sent_count;
+    stats.undelivered += a.inbox.size;
+  }
+  return {
+    task: taskView(t),
+    agents: agents.map(agentView),
+    teams: t.team_ids.map((id) => state.teams.get(id)).filter((x): x is TeamRecord => x !== undefined).map(teamView),
+    plans: [] as unknown[],
+    questions: [] as unknown[],
+    stats,
+  };
+}

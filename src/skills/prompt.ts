@@ -1,0 +1,66 @@
+import type { Skill } from './loader.js';
+
+/**
+ * Launch prompt assembly (SPEC §3), in a fixed order so the prefix is stable across agents
+ * of one skill (prompt caching): the skill body with its placeholders substituted, the
+ * identity block, the persistent-agent contract, the completion-handoff contract.
+ */
+
+export interface PromptVars {
+  role: string;
+  role_description: string;
+  team_name: string;
+  workspace_path: string;
+  project_workspace_path: string;
+}
+
+export interface Identity extends PromptVars {
+  agent_id: string;
+  name: string;
+  leader: string;
+}
+
+export const PERSISTENT_AGENT_CONTRACT = `## Persistent-agent contract
+- You are a persistent agent. When you have nothing to do, end your turn: new messages arrive as your next turn.
+- Never exit on your own and never stop the session yourself; only your leader ends your lifecycle.
+- Completion is a hand-off: call mcp__beidou__signal_review with your report, then end your turn and wait for your leader's decision (approval ends you; a message means rework).
+- Talk to other agents only through mcp__beidou__send_message; ask questions only through mcp__beidou__ask_user.`;
+
+export const COMPLETION_HANDOFF_CONTRACT = `## Completion-handoff contract
+When your deliverables are ready, call mcp__beidou__signal_review with a detail that starts with the envelope [REVIEW REQUIRED] (or [ITERATION READY] for an intermediate iteration) and contains:
+- Deliverables: what you produced and where (paths under your workspace or artifacts path).
+- Open questions: anything your leader must decide.
+- Leader action options: approve (terminate_child) or rework (send_message with what to change).`;
+
+export function substitute(body: string, vars: PromptVars): string {
+  return body.replace(/\{(role|role_description|team_name|workspace_path|project_workspace_path)\}/g, (_m, key: keyof PromptVars) => vars[key]);
+}
+
+export function identityBlock(id: Identity): string {
+  return [
+    '## Identity',
+    `- Agent id: ${id.agent_id} (name: ${id.name})`,
+    `- Role: ${id.role}`,
+    `- Team: ${id.team_name}`,
+    `- Leader: ${id.leader}`,
+    `- Workspace: ${id.workspace_path}`,
+    `- Project workspace: ${id.project_workspace_path}`,
+  ].join('\n');
+}
+
+export function assemblePrompt(skill: Skill, id: Identity): string {
+  return [substitute(skill.body, id), identityBlock(id), PERSISTENT_AGENT_CONTRACT, COMPLETION_HANDOFF_CONTRACT].join('\n\n');
+}
+
+/** A plan-spawned agent's first message starts with its assignment block (in the user turn, not the prompt). */
+export function firstMessage(task: string, assignment?: { plan_task_id: string; artifacts_path: string }): string {
+  if (!assignment) return task;
+  return [
+    '[TASK ASSIGNMENT]',
+    `plan_task_id: ${assignment.plan_task_id}`,
+    `artifacts_path: ${assignment.artifacts_path}`,
+    '[/TASK ASSIGNMENT]',
+    '',
+    task,
+  ].join('\n');
+}

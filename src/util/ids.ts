@@ -1,0 +1,26 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+
+/**
+ * Readable ids: a kind prefix makes logs legible (`tsk_…`, `ag_…`, `tm_…`, `pl_…`, `q_…`,
+ * `msg_…`). An id source is injected everywhere ids are made so tests can make them
+ * deterministic.
+ */
+export type IdKind = 'tsk' | 'ag' | 'tm' | 'pl' | 'q' | 'msg' | 'sp';
+
+export interface IdSource {
+  next(kind: IdKind): string;
+}
+
+export const randomIds: IdSource = {
+  next(kind) {
+    if (kind === 'msg') return `msg_${randomUUID()}`;
+    return `${kind}_${randomBytes(6).toString('hex')}`;
+  },
+};
+
+export interface Clock {
+  /** Wall clock in Unix seconds (float), the `ts` of every event. */
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() / 1000 };
