@@ -1,0 +1,82 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { pino } from 'pino';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { loadConfig } from '../../src/config.js';
+import { startServer, type BeidouServer } from '../../src/server/server.js';
+
+/**
+ * Test support: the real server on a free loopback port with a temp home, and real MCP SDK
+ * clients talking to it over HTTP. Nothing of ours is mocked.
+ */
+
+export function tempHome(): string {
+  return mkdtempSync(path.join(os.tmpdir(), 'beidou-test-'));
+}
+
+export interface TestServer {
+  server: BeidouServer;
+  url: string;
+  home: string;
+  adminToken: string;
+  api<T = any>(method: string, route: string, body?: unknown, token?: string): Promise<{ status: number; body: T; headers: Headers }>;
+  close(): Promise<void>;
+}
+
+export async function startTestServer(opts: { home?: string; env?: Record<string, string> } = {}): Promise<TestServer> {
+  const home = opts.home ?? tempHome();
+  const config = loadConfig({ port: '0', home }, { ...opts.env });
+  const server = await startServer(config, { logger: pino({ level: 'silent' }) });
+  const api = async (method: string, route: string, body?: unknown, token = server.adminToken) => {
+    const res = await fetch(`${server.url}/api${route}`, {
+      method,
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? JSON.parse(text) : undefined, headers: res.headers };
+  };
+  return { server, url: server.url, home, adminToken: server.adminToken, api, close: () => server.close() };
+}
+
+export function removeHome(home: string): void {
+  rmSync(home, { recursive: true, force: true });
+}
+
+export type ToolOutcome<T = any> = { ok: true; value: T; raw: CallToolResult } | { ok: false; error: { error: string; message: string; details: Record<string, unknown> }; raw: CallToolResult };
+
+export interface TestAgent {
+  client: Client;
+  transport: StreamableHTTPClientTransport;
+  call<T = any>(name: string, args?: Record<string, unknown>): Promise<ToolOutcome<T>>;
+  close(): Promise<void>;
+}
+
+/** A real MCP client, authenticated as one agent. */
+export async function connectAgent(baseUrl: string, token: string): Promise<TestAgent> {
+  const client = new Client({ name: 'beidou-test', version: '0.0.0' });
+  const transport = new StreamableHTTPClientTransport(new URL(`${baseUrl}/mcp`), {
+    requestInit: { headers: { authorization: `Bearer ${token}` } },
+  });
+  await client.connect(transport);
+  const call = async (name: string, args: Record<string, unknown> = {}) => {
+    const raw = (await client.callTool({ name, arguments: args })) as CallToolResult;
+    const text = (raw.content[0] as { text: string }).text;
+    if (raw.isError) return { ok: false as const, error: JSON.parse(text), raw };
+    return { ok: true as const, value: raw.structuredContent as any, raw };
+  };
+  return { client, transport, call, close: () => client.close() };
+}
+
+/** Creates a task through the admin API and returns the ids and the root's token. */
+export async function createTask(ts: TestServer, body: Record<string, unknown> = {}) {
+  const res = await ts.api('POST', '/tasks', { task: 'test task', spawn: false, ...body });
+  if (res.status !== 201) throw new Error(`task creation failed: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body as { task_id: string; root_agent_id: string; token: string; mcp_url: string };
+}
