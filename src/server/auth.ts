@@ -44,11 +44,9 @@ export class Authenticator {
     const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
     if (!match) throw new AuthRefusal('missing_token', 'send Authorization: Bearer <token>');
     const token = match[1]!;
-    // Admin tokens are opaque; a JWT always has two dots.
-    if (!token.includes('.')) {
-      if (safeEqual(token, this.adminToken)) return { kind: 'admin' };
-      throw new AuthRefusal('invalid_token', 'the token is not a valid admin or agent token');
-    }
+    // Admin tokens are opaque (BEIDOU_ADMIN_TOKEN may contain dots); a JWT always has two dots.
+    if (safeEqual(token, this.adminToken)) return { kind: 'admin' };
+    if (!token.includes('.')) throw new AuthRefusal('invalid_token', 'the token is not a valid admin or agent token');
     let claims;
     try {
       claims = await this.tokens.verify(token);
