@@ -13,6 +13,29 @@ import { z } from 'zod';
 const id = z.string().min(1);
 const nullableId = id.nullable();
 
+/** One sub-question of ask_user, in Claude Code's AskUserQuestion wire shape. */
+export const questionSchema = z.strictObject({
+  question: z.string().min(1, 'must not be empty'),
+  header: z.string().max(12, 'must be at most 12 characters'),
+  multiSelect: z.boolean(),
+  options: z
+    .array(
+      z.strictObject({
+        label: z.string().min(1, 'must not be empty'),
+        description: z.string(),
+        value: z.string().optional(),
+        requires_text: z.boolean().optional(),
+      }),
+    )
+    .refine((o) => o.length === 0 || (o.length >= 2 && o.length <= 4), 'must have 0 (free text) or 2 to 4 options'),
+});
+
+export const answerSchema = z.object({
+  selected_labels: z.array(z.string()),
+  selected_values: z.array(z.string()),
+  text: z.string().nullable(),
+});
+
 export const EVENT_FIELDS = {
   /** Standalone: a task and its root agent came into being. */
   task_created: z.object({
@@ -39,6 +62,7 @@ export const EVENT_FIELDS = {
     model: z.string().nullable(),
     team_id: nullableId,
     leader_id: id,
+    plan_id: nullableId,
     plan_task_id: nullableId,
     workspace_path: z.string(),
     project_workspace_path: z.string(),
@@ -96,6 +120,108 @@ export const EVENT_FIELDS = {
     agent_id: id,
     via: z.enum(['server', 'spawner']),
   }),
+  /** Standalone: a message the server routed into an inbox (review reports, questions, pings, nudges). */
+  'inbox.posted': z.object({
+    to: id,
+    from: id,
+    kind: z.enum(['review_report', 'termination_request', 'question', 'answer', 'system']),
+    content: z.string(),
+    message_id: id,
+  }),
+  plan_declared: z.object({
+    plan_id: id,
+    owner_agent_id: id,
+    team_id: z.null(),
+    plan_path: z.string(),
+    tasks: z.array(
+      z.object({
+        id: z.string(),
+        role: z.string(),
+        skill: z.string(),
+        depends_on: z.array(z.string()),
+        status: z.enum(['ready', 'blocked']),
+        task: z.string(),
+        description: z.string(),
+        model: z.string().nullable(),
+      }),
+    ),
+  }),
+  plan_removed: z.object({ plan_id: id, owner_agent_id: id }),
+  task_ready: z.object({ plan_id: id, plan_task_id: z.string() }),
+  task_spawned: z.object({ plan_id: id, plan_task_id: z.string(), team_id: id, agent_id: id }),
+  task_done: z.object({ plan_id: id, plan_task_id: z.string() }),
+  task_failed: z.object({ plan_id: id, plan_task_id: z.string(), reason: z.string() }),
+  /** Emitted by signal_review and request_termination. */
+  status: z.object({
+    agent_id: id,
+    state: z.enum(['working', 'idle', 'blocked', 'done', 'review_pending', 'termination_requested']),
+    detail: z.string(),
+  }),
+  liveness_check: z.object({ agent_id: id, team_id: nullableId, all_done: z.boolean().nullable() }),
+  /** A leader's (or the user's) message cleared a pending review or termination request. */
+  'review.acknowledged': z.object({ agent_id: id, by: id }),
+  /** A leader approved a child's hand-off with terminate_child. */
+  'completion.approved': z.object({ agent_id: id, leader_id: id }),
+  'terminate.forced': z.object({
+    caller_id: id,
+    agent_id: id,
+    team_id: nullableId,
+    reason: z.enum(['leader_force', 'watchdog_grace']),
+  }),
+  'review_gate.denied': z.object({
+    caller_id: id,
+    tool_name: z.string(),
+    pending_child_ids: z.array(id),
+  }),
+  /** Watchdog pass A: a pending review (or termination request) re-pinged to the leader. */
+  'completion.reping': z.object({
+    agent_id: id,
+    leader_id: id,
+    ping_count: z.number().int(),
+    pending: z.enum(['review', 'termination']),
+  }),
+  'review.escalated_to_user': z.object({
+    agent_id: id,
+    leader_id: id,
+    pending: z.enum(['review', 'termination']),
+    qid: z.string().nullable(),
+  }),
+  /** Watchdog pass B: an idle leader (or the root) nudged. */
+  'liveness.nudge': z.object({ agent_id: id, nudge_count: z.number().int(), idle_s: z.number() }),
+  'liveness.escalated_to_user': z.object({ agent_id: id, idle_s: z.number(), qid: z.string().nullable() }),
+  'watchdog.exception': z.object({ pass: z.string(), message: z.string() }),
+  question_asked: z.object({
+    qid: id,
+    /** The agent that called ask_user, or "beidou" for the server's own questions. */
+    asker: id,
+    /** The agent holding it now, or null when it is at the user gateway. */
+    holder: nullableId,
+    prompt: z.string(),
+    questions: z.array(questionSchema),
+    context: z.string().nullable(),
+    origin: z.enum(['ask_user', 'root_review', 'root_termination', 'review_escalation', 'liveness_escalation']),
+    /** For the server's questions: the agent the question is about. */
+    subject_agent_id: nullableId,
+  }),
+  question_escalated: z.object({ qid: id, by: id, new_holder: nullableId, reason: z.string() }),
+  question_answered: z.object({
+    qid: id,
+    asker: id,
+    chain_len: z.number().int(),
+    answers: z.array(answerSchema),
+    answer_text: z.string(),
+    /** The agent that answered, or "user". */
+    by: id,
+    reason: z.string().nullable(),
+  }),
+  question_declined: z.object({ qid: id, asker: id, reason: z.string() }),
+  'completion.reported': z.object({
+    agent_id: id,
+    leader_id: id,
+    via: z.enum(['hook', 'user_gateway']),
+    decision: z.enum(['approve', 'rework']).optional(),
+  }),
+  'completion.empty': z.object({ agent_id: id, leader_id: id, reason: z.string() }),
 } as const;
 
 export type EventName = keyof typeof EVENT_FIELDS;

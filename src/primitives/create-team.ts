@@ -104,7 +104,7 @@ export const createTeam = definePrimitive({
             team,
             leaderId: caller.agent_id,
             leaderName: caller.name,
-            planTaskId: null,
+            plan: null,
             // The originating user task reaches every member as its first message.
             task: task.text,
             projectWorkspace: caller.project_workspace_path,

@@ -30,6 +30,8 @@ export interface Primitive<I extends z.ZodObject = z.ZodObject, O extends z.ZodO
   inputSchema: I;
   outputSchema: O;
   annotations?: ToolAnnotations;
+  /** Usable by a leader while a direct child's review is pending (the review gate, SPEC §3). */
+  allowedDuringReview?: boolean;
   handler: (input: z.infer<I>, ctx: ToolContext) => Promise<z.infer<O>>;
 }
 

@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { EventLogFailedError } from '../events/log.js';
 import type { AnyPrimitive, ToolContext } from './define.js';
 import { PrimitiveError, invalidInput } from './errors.js';
+import { childrenPendingReview } from '../registry/queries.js';
 
 export type InvokeResult = { ok: true; output: Record<string, unknown> } | { ok: false; error: PrimitiveError };
 
@@ -30,6 +31,33 @@ export function zodToInvalidInput(error: z.ZodError): PrimitiveError {
 }
 
 /**
+ * The review gate (SPEC §3): while a direct child's review is pending, a leader may only
+ * review, message, read and answer; anything else is refused, naming the child and the two
+ * ways out. read_inbox stays open too: for a client without a spawner it is how the review
+ * report itself arrives.
+ */
+async function enforceReviewGate(toolName: string, ctx: ToolContext): Promise<void> {
+  const { registry } = ctx.services;
+  const pending = childrenPendingReview(registry.state, ctx.caller);
+  if (pending.length === 0) return;
+  await registry.commit([
+    {
+      event: 'review_gate.denied',
+      task_id: ctx.caller.task_id,
+      caller_id: ctx.caller.agent_id,
+      tool_name: toolName,
+      pending_child_ids: pending.map((c) => c.agent_id),
+    },
+  ]);
+  const names = pending.map((c) => `${c.name} (${c.agent_id})`).join(', ');
+  throw new PrimitiveError(
+    'review_gate_blocked',
+    `${names} signalled review and waits on you. First approve with terminate_child or send rework with send_message; until then only reading, messaging, reviewing and answering questions are allowed`,
+    { pending_child_ids: pending.map((c) => c.agent_id), tool: toolName, ways_out: ['terminate_child', 'send_message'] },
+  );
+}
+
+/**
  * The one wrapper between a transport and a primitive: identity guards, schema parse
  * (→ `invalid_input`), the handler, and the conversion of anything unexpected into
  * `internal_error` (logged with its stack, never shown to the client).
@@ -54,8 +82,15 @@ export async function invokePrimitive(primitive: AnyPrimitive, rawArgs: unknown,
     }
     const parsed = primitive.inputSchema.safeParse(args);
     if (!parsed.success) throw zodToInvalidInput(parsed.error);
-    const output = await primitive.handler(parsed.data, ctx);
-    return { ok: true, output: output as Record<string, unknown> };
+    if (!primitive.allowedDuringReview) await enforceReviewGate(primitive.name, ctx);
+    const { activity, clock } = ctx.services;
+    activity.begin(ctx.caller.agent_id, clock.now());
+    try {
+      const output = await primitive.handler(parsed.data, ctx);
+      return { ok: true, output: output as Record<string, unknown> };
+    } finally {
+      activity.end(ctx.caller.agent_id, clock.now());
+    }
   } catch (err) {
     if (err instanceof PrimitiveError) return { ok: false, error: err };
     const log = ctx.services.logger;

@@ -24,6 +24,7 @@ export const listPeers = definePrimitive({
     scope: z.enum(['team', 'children', 'all']).default('team').describe('team (default), children or all.'),
   }),
   outputSchema: z.object({ peers: z.array(peerSchema) }),
+  allowedDuringReview: true,
   annotations: { readOnlyHint: true, openWorldHint: false },
   async handler({ scope }, { services, caller }) {
     return { peers: peersOf(services.registry.state, caller, scope).map(peerView) };

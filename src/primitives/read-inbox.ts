@@ -25,6 +25,7 @@ export const readInbox = definePrimitive({
       }),
     ),
   }),
+  allowedDuringReview: true,
   annotations: { readOnlyHint: false, openWorldHint: false },
   async handler({ peek, wait_s }, { services, caller, signal }) {
     const { inboxes } = services;

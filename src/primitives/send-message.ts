@@ -22,6 +22,7 @@ export const sendMessage = definePrimitive({
     delivered: z.literal(true),
     message_id: z.string(),
   }),
+  allowedDuringReview: true,
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   async handler({ to, content }, { services, caller }) {
     if (to === caller.agent_id) throw invalidInput('to', 'you cannot send a message to yourself');

@@ -5,6 +5,8 @@ import type { RegistryState, AgentRecord, AgentStatus, TeamRecord } from './stat
 export function agentStatus(agent: AgentRecord): AgentStatus {
   if (agent.terminate_consumed) return 'terminated';
   if (agent.terminate_posted) return 'terminating';
+  if (agent.review) return 'review_pending';
+  if (agent.termination_request) return 'termination_requested';
   if (agent.launch) return 'pending_launch';
   return 'active';
 }
@@ -87,4 +89,24 @@ export function cascadeOrder(state: RegistryState, target: AgentRecord): AgentRe
   };
   visit(target);
   return out;
+}
+
+/** The leader's direct children whose hand-off (review or termination request) waits on it. */
+export function childrenAwaitingLeader(state: RegistryState, leader: AgentRecord): AgentRecord[] {
+  return directChildren(state, leader).filter((c) => !c.terminate_consumed && (c.review || c.termination_request));
+}
+
+/** Direct children with a pending review: what the review gate looks at. */
+export function childrenPendingReview(state: RegistryState, leader: AgentRecord): AgentRecord[] {
+  return directChildren(state, leader).filter((c) => c.review !== null && !c.terminate_posted);
+}
+
+/** The agent's active plan, if it has one. */
+export function activePlan(state: RegistryState, agent: AgentRecord) {
+  return agent.active_plan_id ? state.plans.get(agent.active_plan_id) : undefined;
+}
+
+/** Ready task ids of a plan, in declaration order. */
+export function readyTasks(plan: { tasks: Map<string, { status: string }> }): string[] {
+  return [...plan.tasks].filter(([, t]) => t.status === 'ready').map(([id]) => id);
 }

@@ -1,5 +1,15 @@
 import type { StoredEvent } from '../events/catalogue.js';
-import { USER, type RegistryState } from './state.js';
+import { BEIDOU, USER, type AgentRecord, type PendingHandoff, type RegistryState } from './state.js';
+
+/** The agent acted: the idle clock restarts and the watchdog's nudges reset. */
+function touch(agent: AgentRecord | undefined, ts: number): void {
+  if (!agent) return;
+  agent.last_activity_at = ts;
+  agent.nudges = 0;
+  agent.nudge_escalated = false;
+}
+
+const handoff = (detail: string, ts: number): PendingHandoff => ({ detail, since: ts, pings: 0, last_ping_at: ts, escalated: false });
 
 /**
  * The one reducer. It applies a stored event to the state in place (the state is large and
@@ -33,6 +43,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         event_count: e.seq,
         agent_ids: [],
         team_ids: [],
+        plan_ids: [],
+        question_ids: [],
       });
       return;
     }
@@ -57,7 +69,10 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         created_at: e.ts,
         via: e.via,
       });
-      state.agents.get(e.leader_id)?.leads.push(e.team_id);
+      const leader = state.agents.get(e.leader_id);
+      leader?.leads.push(e.team_id);
+      if (leader && e.via === 'spawn_agent') leader.plan_team_id = e.team_id;
+      touch(leader, e.ts);
       task?.team_ids.push(e.team_id);
       return;
     }
@@ -81,6 +96,14 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         delivered_count: 0,
         sent_count: 0,
         launch: null,
+        active_plan_id: null,
+        plan_id: e.plan_id,
+        plan_team_id: null,
+        review: null,
+        termination_request: null,
+        nudges: 0,
+        last_nudge_at: null,
+        nudge_escalated: false,
         terminate_posted: false,
         terminate_consumed: false,
         terminated_at: null,
@@ -116,22 +139,32 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         });
       }
       const sender = state.agents.get(e.caller_id);
-      if (sender) {
-        sender.sent_count++;
-        sender.last_activity_at = e.ts;
-      }
+      if (sender) sender.sent_count++;
+      touch(sender, e.ts);
+      return;
+    }
+    case 'inbox.posted': {
+      state.agents.get(e.to)?.inbox.set(e.message_id, {
+        message_id: e.message_id,
+        from: e.from,
+        kind: e.kind,
+        content: e.content,
+        ts: e.ts,
+      });
       return;
     }
     case 'agent_input': {
       const agent = state.agents.get(e.caller_id);
       if (!agent) return;
       if (agent.inbox.delete(e.message_id)) agent.delivered_count++;
-      agent.last_activity_at = e.ts;
+      // The server's own pings and nudges are not activity: they must not reset the ladder.
+      if (e.from !== BEIDOU) touch(agent, e.ts);
       return;
     }
     case 'terminate.posted': {
       const agent = state.agents.get(e.agent_id);
       if (agent) agent.terminate_posted = true;
+      touch(state.agents.get(e.caller_id), e.ts);
       return;
     }
     case 'terminate.consumed': {
@@ -140,9 +173,156 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       agent.terminate_posted = true;
       agent.terminate_consumed = true;
       agent.terminated_at = e.ts;
+      agent.review = null;
+      agent.termination_request = null;
       return;
     }
-    case 'depth.warning':
+    case 'plan_declared': {
+      state.plans.set(e.plan_id, {
+        plan_id: e.plan_id,
+        task_id: e.task_id,
+        owner_agent_id: e.owner_agent_id,
+        plan_path: e.plan_path,
+        tasks: new Map(e.tasks.map((t) => [t.id, { ...t, depends_on: [...t.depends_on], agent_id: null }])),
+        created_at: e.ts,
+        removed_at: null,
+      });
+      task?.plan_ids.push(e.plan_id);
+      const owner = state.agents.get(e.owner_agent_id);
+      if (owner) owner.active_plan_id = e.plan_id;
+      touch(owner, e.ts);
       return;
+    }
+    case 'plan_removed': {
+      const plan = state.plans.get(e.plan_id);
+      if (plan) plan.removed_at = e.ts;
+      const owner = state.agents.get(e.owner_agent_id);
+      if (owner && owner.active_plan_id === e.plan_id) owner.active_plan_id = null;
+      touch(owner, e.ts);
+      return;
+    }
+    case 'task_ready':
+    case 'task_spawned':
+    case 'task_done':
+    case 'task_failed': {
+      const plan = state.plans.get(e.plan_id);
+      const planTask = plan?.tasks.get(e.plan_task_id);
+      if (!plan || !planTask) return;
+      if (e.event === 'task_ready') planTask.status = 'ready';
+      else if (e.event === 'task_done') planTask.status = 'done';
+      else if (e.event === 'task_failed') planTask.status = 'failed';
+      else {
+        planTask.status = 'in_flight';
+        planTask.agent_id = e.agent_id;
+        touch(state.agents.get(plan.owner_agent_id), e.ts);
+      }
+      return;
+    }
+    case 'status': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      if (e.state === 'review_pending') agent.review = handoff(e.detail, e.ts);
+      else if (e.state === 'termination_requested') agent.termination_request = handoff(e.detail, e.ts);
+      touch(agent, e.ts);
+      return;
+    }
+    case 'review.acknowledged':
+    case 'completion.approved': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      agent.review = null;
+      agent.termination_request = null;
+      if (e.event === 'completion.approved') touch(state.agents.get(e.leader_id), e.ts);
+      return;
+    }
+    case 'completion.reping':
+    case 'review.escalated_to_user': {
+      const agent = state.agents.get(e.agent_id);
+      const pending = e.pending === 'review' ? agent?.review : agent?.termination_request;
+      if (!pending) return;
+      if (e.event === 'completion.reping') {
+        pending.pings = e.ping_count;
+        pending.last_ping_at = e.ts;
+      } else {
+        pending.escalated = true;
+      }
+      return;
+    }
+    case 'liveness.nudge': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      agent.nudges = e.nudge_count;
+      agent.last_nudge_at = e.ts;
+      return;
+    }
+    case 'liveness.escalated_to_user': {
+      const agent = state.agents.get(e.agent_id);
+      if (agent) agent.nudge_escalated = true;
+      return;
+    }
+    case 'review_gate.denied':
+      touch(state.agents.get(e.caller_id), e.ts);
+      return;
+    case 'question_asked': {
+      state.questions.set(e.qid, {
+        qid: e.qid,
+        task_id: e.task_id,
+        asker: e.asker,
+        questions: e.questions,
+        context: e.context,
+        origin: e.origin,
+        subject_agent_id: e.subject_agent_id,
+        chain: [e.holder ?? USER],
+        status: 'pending',
+        answers: null,
+        answer_text: null,
+        answered_by: null,
+        created_at: e.ts,
+        answered_at: null,
+        audit: [{ by: e.asker, action: 'asked', reason: null, ts: e.ts }],
+      });
+      task?.question_ids.push(e.qid);
+      touch(state.agents.get(e.asker), e.ts);
+      return;
+    }
+    case 'question_escalated': {
+      const q = state.questions.get(e.qid);
+      if (!q) return;
+      q.chain.push(e.new_holder ?? USER);
+      q.audit.push({ by: e.by, action: 'escalated', reason: e.reason, ts: e.ts });
+      touch(state.agents.get(e.by), e.ts);
+      return;
+    }
+    case 'question_answered':
+    case 'question_declined': {
+      const q = state.questions.get(e.qid);
+      if (!q) return;
+      q.answered_at = e.ts;
+      if (e.event === 'question_answered') {
+        q.status = 'answered';
+        q.answers = e.answers;
+        q.answer_text = e.answer_text;
+        q.answered_by = e.by;
+        q.audit.push({ by: e.by, action: 'answered', reason: e.reason, ts: e.ts });
+        touch(state.agents.get(e.by), e.ts);
+      } else {
+        q.status = 'declined';
+        q.answered_by = USER;
+        q.audit.push({ by: USER, action: 'declined', reason: e.reason, ts: e.ts });
+      }
+      return;
+    }
+    case 'completion.reported':
+    case 'completion.empty':
+    case 'depth.warning':
+    case 'liveness_check':
+    case 'terminate.forced':
+    case 'watchdog.exception':
+      return;
+    default: {
+      // Adding an event to the catalogue without deciding here what it does fails to compile.
+      const unhandled: never = e;
+      void unhandled;
+    }
   }
 }

@@ -1,3 +1,5 @@
+import type { PlanTaskStatus } from './plan-graph.js';
+
 /**
  * The registry's state: tasks, agents, teams (plans and questions arrive with their
  * primitives). It is only ever changed by the reducer, from events, so live operation and
@@ -28,10 +30,12 @@ export interface TaskRecord {
   event_count: number;
   agent_ids: string[];
   team_ids: string[];
+  plan_ids: string[];
+  question_ids: string[];
 }
 
 /** Who put a message in an inbox: a peer agent, the user, or the server. */
-export type InboxKind = 'message' | 'user' | 'system';
+export type InboxKind = 'message' | 'user' | 'system' | 'review_report' | 'termination_request' | 'question' | 'answer';
 
 export interface InboxMessage {
   message_id: string;
@@ -58,7 +62,23 @@ export interface AgentStats {
   llm_calls: number;
 }
 
-export type AgentStatus = 'pending_launch' | 'active' | 'terminating' | 'terminated';
+export type AgentStatus =
+  | 'pending_launch'
+  | 'active'
+  | 'review_pending'
+  | 'termination_requested'
+  | 'terminating'
+  | 'terminated';
+
+/** A review or termination request waiting on the leader, with the watchdog's progress on it. */
+export interface PendingHandoff {
+  detail: string;
+  since: number;
+  /** Watchdog pass A: pings sent so far and when the last one went (or `since`). */
+  pings: number;
+  last_ping_at: number;
+  escalated: boolean;
+}
 
 export interface AgentRecord {
   agent_id: string;
@@ -81,6 +101,18 @@ export interface AgentRecord {
   delivered_count: number;
   sent_count: number;
   launch: LaunchRequest | null;
+  /** The plan this agent declared and is running, if any. */
+  active_plan_id: string | null;
+  /** The plan this agent was spawned under (with plan_task_id), if any. */
+  plan_id: string | null;
+  /** The team spawn_agent created for this leader (lazily, on its first spawn). */
+  plan_team_id: string | null;
+  review: PendingHandoff | null;
+  termination_request: PendingHandoff | null;
+  /** Watchdog pass B: nudges since the agent was last active. */
+  nudges: number;
+  last_nudge_at: number | null;
+  nudge_escalated: boolean;
   terminate_posted: boolean;
   terminate_consumed: boolean;
   terminated_at: number | null;
@@ -102,12 +134,71 @@ export interface TeamRecord {
   via: 'create_team' | 'spawn_agent';
 }
 
+export interface PlanTaskRecord {
+  id: string;
+  role: string;
+  skill: string;
+  task: string;
+  description: string;
+  model: string | null;
+  depends_on: string[];
+  status: PlanTaskStatus;
+  agent_id: string | null;
+}
+
+export interface PlanRecord {
+  plan_id: string;
+  task_id: string;
+  owner_agent_id: string;
+  plan_path: string;
+  /** In declaration order. */
+  tasks: Map<string, PlanTaskRecord>;
+  created_at: number;
+  removed_at: number | null;
+}
+
+export type QuestionOrigin = 'ask_user' | 'root_review' | 'root_termination' | 'review_escalation' | 'liveness_escalation';
+
+export interface QuestionItem {
+  question: string;
+  header: string;
+  multiSelect: boolean;
+  options: Array<{ label: string; description: string; value?: string | undefined; requires_text?: boolean | undefined }>;
+}
+
+export interface Answer {
+  selected_labels: string[];
+  selected_values: string[];
+  text: string | null;
+}
+
+export interface QuestionRecord {
+  qid: string;
+  task_id: string;
+  asker: string;
+  questions: QuestionItem[];
+  context: string | null;
+  origin: QuestionOrigin;
+  subject_agent_id: string | null;
+  /** Every holder in order; the last is the current one. `user` is the user gateway. */
+  chain: string[];
+  status: 'pending' | 'answered' | 'declined';
+  answers: Answer[] | null;
+  answer_text: string | null;
+  answered_by: string | null;
+  created_at: number;
+  answered_at: number | null;
+  audit: Array<{ by: string; action: 'asked' | 'escalated' | 'answered' | 'declined'; reason: string | null; ts: number }>;
+}
+
 export interface RegistryState {
   tasks: Map<string, TaskRecord>;
   agents: Map<string, AgentRecord>;
   teams: Map<string, TeamRecord>;
+  plans: Map<string, PlanRecord>;
+  questions: Map<string, QuestionRecord>;
 }
 
 export function emptyState(): RegistryState {
-  return { tasks: new Map(), agents: new Map(), teams: new Map() };
+  return { tasks: new Map(), agents: new Map(), teams: new Map(), plans: new Map(), questions: new Map() };
 }

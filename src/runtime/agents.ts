@@ -1,7 +1,8 @@
 import path from 'node:path';
 import type { EventDraft } from '../events/catalogue.js';
 import { cascadeOrder } from '../registry/queries.js';
-import { USER, type AgentRecord } from '../registry/state.js';
+import { newlyReady } from '../registry/plan-graph.js';
+import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { Skill } from '../skills/loader.js';
 import { assemblePrompt, firstMessage } from '../skills/prompt.js';
 import { homePaths } from '../config.js';
@@ -33,7 +34,8 @@ export interface AgentSpec {
   team: { team_id: string; name: string } | null;
   leaderId: string;
   leaderName: string;
-  planTaskId: string | null;
+  /** Set for a plan-spawned agent: the plan and the plan task it runs. */
+  plan: { planId: string; planTaskId: string } | null;
   task: string;
   projectWorkspace: string;
   /** False for a root that a person runs (spawn: false): no launch request is queued. */
@@ -61,7 +63,8 @@ export function agentDrafts(spec: AgentSpec): EventDraft[] {
       model,
       team_id: spec.team?.team_id ?? null,
       leader_id: spec.leaderId,
-      plan_task_id: spec.planTaskId,
+      plan_id: spec.plan?.planId ?? null,
+      plan_task_id: spec.plan?.planTaskId ?? null,
       workspace_path: workspacePath,
       project_workspace_path: spec.projectWorkspace,
     },
@@ -77,8 +80,9 @@ export function agentDrafts(spec: AgentSpec): EventDraft[] {
       workspace_path: workspacePath,
       project_workspace_path: spec.projectWorkspace,
     });
-    const assignment = spec.planTaskId
-      ? { plan_task_id: spec.planTaskId, artifacts_path: path.join(spec.projectWorkspace, 'artifacts', spec.planTaskId) }
+    const planTaskId = spec.plan?.planTaskId;
+    const assignment = planTaskId
+      ? { plan_task_id: planTaskId, artifacts_path: path.join(spec.projectWorkspace, 'artifacts', planTaskId) }
       : undefined;
     drafts.push({
       event: 'launch.requested',
@@ -130,7 +134,7 @@ export async function createTask(services: Services, input: NewTask): Promise<{ 
       team: null,
       leaderId: USER,
       leaderName: USER,
-      planTaskId: null,
+      plan: null,
       task: input.task,
       projectWorkspace: workspace,
       launch: input.spawn,
@@ -142,20 +146,13 @@ export async function createTask(services: Services, input: NewTask): Promise<{ 
 export type TerminateReason = 'admin' | 'leader' | 'leader_force' | 'root_approved';
 
 /**
- * Terminates `target` and, depth-first, every agent in the teams it leads (deepest first).
- * Each gets a sentinel; an agent no spawner runs consumes it at once (its token stops
- * working). Terminating the root ends the task.
+ * Sentinels for `target` and, depth-first, every agent in the teams it leads (deepest
+ * first, `target` last). An agent no spawner runs consumes its sentinel at once (its token
+ * stops working). Terminating the root ends the task.
  */
-export async function terminateCascade(
-  services: Services,
-  callerId: string,
-  target: AgentRecord,
-  reason: TerminateReason,
-): Promise<AgentRecord[]> {
-  const { registry } = services;
-  const order = cascadeOrder(registry.state, target);
+export function terminationDrafts(state: RegistryState, callerId: string, target: AgentRecord, reason: TerminateReason): EventDraft[] {
   const drafts: EventDraft[] = [];
-  for (const agent of order) {
+  for (const agent of cascadeOrder(state, target)) {
     if (!agent.terminate_posted) {
       drafts.push({
         event: 'terminate.posted',
@@ -168,7 +165,7 @@ export async function terminateCascade(
     // No spawner runs agents yet, so every sentinel is consumed at once.
     drafts.push({ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agent.agent_id, via: 'server' });
   }
-  const task = registry.task(target.task_id);
+  const task = state.tasks.get(target.task_id);
   if (task && task.root_agent_id === target.agent_id && task.status === 'running') {
     drafts.push({
       event: 'task_ended',
@@ -177,6 +174,32 @@ export async function terminateCascade(
       reason,
     });
   }
-  await registry.commit(drafts);
-  return order;
+  return drafts;
+}
+
+export async function terminateCascade(
+  services: Services,
+  callerId: string,
+  target: AgentRecord,
+  reason: TerminateReason,
+): Promise<void> {
+  await services.registry.commit(terminationDrafts(services.registry.state, callerId, target, reason));
+}
+
+/**
+ * The plan side of a child's end: approval drives its plan task `in_flight → done` and
+ * readies the dependents it unblocks; a forced end drives it to `failed`.
+ */
+export function planOutcomeDrafts(state: RegistryState, child: AgentRecord, outcome: 'done' | 'failed', reason: string): EventDraft[] {
+  if (!child.plan_id || !child.plan_task_id) return [];
+  const plan = state.plans.get(child.plan_id);
+  const planTask = plan?.tasks.get(child.plan_task_id);
+  if (!plan || !planTask || planTask.status !== 'in_flight') return [];
+  const base = { task_id: child.task_id, plan_id: plan.plan_id };
+  if (outcome === 'failed') return [{ event: 'task_failed', ...base, plan_task_id: planTask.id, reason }];
+  const after = new Map([...plan.tasks].map(([id, t]) => [id, { status: id === planTask.id ? ('done' as const) : t.status, depends_on: t.depends_on }]));
+  return [
+    { event: 'task_done', ...base, plan_task_id: planTask.id },
+    ...newlyReady(after).map((id) => ({ event: 'task_ready' as const, ...base, plan_task_id: id })),
+  ];
 }

@@ -20,3 +20,26 @@ export class KeyedLock {
     return this.held.has(key);
   }
 }
+
+/**
+ * A per-key mutex that queues: declare_plan and remove_plan take it so the second of two
+ * concurrent calls sees the first one's result (e.g. `plan_already_declared`).
+ */
+export class KeyedMutex {
+  private readonly tails = new Map<string, Promise<void>>();
+
+  async with<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const previous = this.tails.get(key) ?? Promise.resolve();
+    let release!: () => void;
+    const mine = new Promise<void>((resolve) => (release = resolve));
+    const tail = previous.then(() => mine);
+    this.tails.set(key, tail);
+    await previous;
+    try {
+      return await fn();
+    } finally {
+      release();
+      if (this.tails.get(key) === tail) this.tails.delete(key);
+    }
+  }
+}

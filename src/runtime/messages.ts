@@ -1,10 +1,13 @@
 import { PrimitiveError } from '../primitives/errors.js';
-import type { AgentRecord } from '../registry/state.js';
+import type { EventDraft } from '../events/catalogue.js';
+import { USER, type AgentRecord } from '../registry/state.js';
 import type { Services } from './services.js';
 
 /**
  * Puts a message into an agent's inbox: the checks every sender shares (an agent through
- * `send_message`, the user through the admin API), then one `send_message` event.
+ * `send_message`, the user through the admin API), then one `send_message` event. A
+ * message from the recipient's leader (or the user) to an agent waiting on a review or a
+ * termination request answers it: rework, so the hand-off is cleared (`review.acknowledged`).
  */
 export async function postMessage(
   services: Services,
@@ -28,8 +31,13 @@ export async function postMessage(
     );
   }
   const messageId = services.ids.next('msg');
-  await services.registry.commit([
+  const drafts: EventDraft[] = [
     { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: messageId },
-  ]);
+  ];
+  const fromLeader = fromId === USER || fromId === recipient.leader_id;
+  if (fromLeader && (recipient.review || recipient.termination_request) && !recipient.terminate_posted) {
+    drafts.push({ event: 'review.acknowledged', task_id: recipient.task_id, agent_id: recipient.agent_id, by: fromId });
+  }
+  await services.registry.commit(drafts);
   return messageId;
 }

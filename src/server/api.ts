@@ -10,7 +10,7 @@ import { USER } from '../registry/state.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
 import { ApiError, parseOr400 } from './http-errors.js';
-import { agentView, taskDetail, taskSummary } from './views.js';
+import { agentView, questionView, taskDetail, taskSummary } from './views.js';
 
 const createTaskBody = z.strictObject({
   task: z.string().trim().min(1, 'must describe the task'),
@@ -23,6 +23,12 @@ const createTaskBody = z.strictObject({
 
 const sendBody = z.strictObject({ content: z.string().min(1, 'must not be empty') });
 const emptyBody = z.strictObject({});
+const answerBody = z.strictObject({
+  answers: z
+    .array(z.strictObject({ selected_labels: z.array(z.string()).default([]), text: z.string().nullable().default(null) }))
+    .min(1, 'must hold one answer per sub-question'),
+});
+const declineBody = z.strictObject({ reason: z.string().trim().min(1, 'must say why') });
 
 const eventsQuery = z.object({
   since: z.coerce.number().int().min(0).default(0),
@@ -149,6 +155,35 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
       throw new ApiError(409, 'agent_terminated', `agent ${agent.agent_id} has been terminated; a token for it would not work`);
     }
     res.json({ token: await tokens.mintAgent(agent.agent_id, agent.task_id) });
+  });
+
+  api.get('/questions/pending', admin, (_req, res) => {
+    res.json(services.gateway.pendingAtGateway().map((q) => {
+      const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } = questionView(q);
+      return { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at };
+    }));
+  });
+
+  api.post('/questions/:qid/answer', admin, async (req, res) => {
+    const { answers } = parseOr400(answerBody, req.body);
+    const qid = param(req, 'qid');
+    const question = services.gateway.get(qid);
+    if (question && question.status !== 'pending') {
+      throw new ApiError(409, 'already_answered', `question ${qid} was already ${question.status}`);
+    }
+    await services.gateway.answer(USER, qid, answers, null);
+    res.json({ ok: true });
+  });
+
+  api.post('/questions/:qid/decline', admin, async (req, res) => {
+    const { reason } = parseOr400(declineBody, req.body);
+    const qid = param(req, 'qid');
+    const question = services.gateway.get(qid);
+    if (question && question.status !== 'pending') {
+      throw new ApiError(409, 'already_answered', `question ${qid} was already ${question.status}`);
+    }
+    await services.gateway.decline(qid, reason);
+    res.json({ ok: true });
   });
 
   api.post('/spawner-tokens', admin, async (req, res) => {

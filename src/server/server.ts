@@ -7,7 +7,10 @@ import { SqliteRollups } from '../events/rollups.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile } from '../identity/secrets.js';
 import { TokenService } from '../identity/tokens.js';
 import { Registry } from '../registry/registry.js';
+import { Activity } from '../runtime/activity.js';
 import { Inboxes } from '../runtime/inbox.js';
+import { Questions } from '../runtime/questions.js';
+import { Watchdog } from '../runtime/watchdog.js';
 import { newLocks, type Services } from '../runtime/services.js';
 import { SkillCatalog } from '../skills/loader.js';
 import { randomIds, systemClock, type Clock, type IdSource } from '../util/ids.js';
@@ -64,14 +67,19 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const skills = new SkillCatalog(skillRoots(config));
   for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
 
+  const stopping = new AbortController();
+  const ids = options.ids ?? randomIds;
   const services: Services = {
     config,
     registry,
     skills,
     tokens: new TokenService(secret, config.tokenTtlS, () => clock.now()),
     inboxes: new Inboxes(registry),
+    gateway: new Questions(registry, ids),
+    activity: new Activity(),
+    stopping: stopping.signal,
     clock,
-    ids: options.ids ?? randomIds,
+    ids,
     logger,
     locks: newLocks(),
   };
@@ -80,7 +88,6 @@ export async function startServer(config: Config, options: StartOptions = {}): P
     'registry rebuilt from the event logs',
   );
 
-  const stopping = new AbortController();
   const auth = new Authenticator(adminToken, services.tokens, registry);
   const mcp = new McpSessions(services);
   const app = buildApp(services, auth, mcp, stopping.signal);
@@ -100,6 +107,8 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const address = httpServer.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
+  const watchdog = new Watchdog(services);
+  watchdog.start();
 
   let closing: Promise<void> | null = null;
   const close = () =>
@@ -107,6 +116,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
       // Stop accepting, end the long-lived streams, let in-flight requests finish, then
       // flush the log and the rollups.
       const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
+      watchdog.stop();
       stopping.abort();
       services.inboxes.wakeAll();
       await mcp.closeAll();

@@ -1,5 +1,5 @@
 import { agentStatus } from '../registry/queries.js';
-import type { AgentRecord, RegistryState, TaskRecord, TeamRecord } from '../registry/state.js';
+import { USER, type AgentRecord, type PlanRecord, type QuestionRecord, type RegistryState, type TaskRecord, type TeamRecord } from '../registry/state.js';
 
 /** JSON views of registry records for the admin API (inboxes as counts, ids as strings). */
 
@@ -24,6 +24,10 @@ export function agentView(a: AgentRecord) {
     project_workspace_path: a.project_workspace_path,
     created_at: a.created_at,
     terminated_at: a.terminated_at,
+    active_plan_id: a.active_plan_id,
+    plan_id: a.plan_id,
+    review: a.review ? { ...a.review } : null,
+    termination_request: a.termination_request ? { ...a.termination_request } : null,
     launch: a.launch ? { state: 'queued' as const, ...a.launch } : null,
     stats: { ...a.stats },
   };
@@ -87,8 +91,40 @@ export function taskDetail(state: RegistryState, t: TaskRecord) {
     task: taskView(t),
     agents: agents.map(agentView),
     teams: t.team_ids.map((id) => state.teams.get(id)).filter((x): x is TeamRecord => x !== undefined).map(teamView),
-    plans: [] as unknown[],
-    questions: [] as unknown[],
+    plans: t.plan_ids.map((id) => state.plans.get(id)).filter((p): p is PlanRecord => p !== undefined).map(planView),
+    questions: t.question_ids.map((id) => state.questions.get(id)).filter((q): q is QuestionRecord => q !== undefined).map(questionView),
     stats,
+  };
+}
+
+export function planView(p: PlanRecord) {
+  return {
+    plan_id: p.plan_id,
+    owner_agent_id: p.owner_agent_id,
+    plan_path: p.plan_path,
+    created_at: p.created_at,
+    removed_at: p.removed_at,
+    tasks: [...p.tasks.values()].map((t) => ({ ...t, depends_on: [...t.depends_on] })),
+  };
+}
+
+export function questionView(q: QuestionRecord) {
+  return {
+    qid: q.qid,
+    task_id: q.task_id,
+    asker_agent_id: q.asker,
+    origin: q.origin,
+    subject_agent_id: q.subject_agent_id,
+    questions: q.questions,
+    context: q.context,
+    chain: [...q.chain],
+    holder: q.chain.at(-1) === USER ? null : q.chain.at(-1)!,
+    status: q.status,
+    answers: q.answers,
+    answer_text: q.answer_text,
+    answered_by: q.answered_by,
+    created_at: q.created_at,
+    answered_at: q.answered_at,
+    audit: q.audit.map((a) => ({ ...a })),
   };
 }

@@ -1,0 +1,59 @@
+import { z } from 'zod';
+import { answerSchema, questionSchema } from '../events/catalogue.js';
+import { USER } from '../registry/state.js';
+import { definePrimitive } from './define.js';
+import { PrimitiveError } from './errors.js';
+
+export const askUser = definePrimitive({
+  name: 'ask_user',
+  title: 'Ask the user (through your leader chain)',
+  description: [
+    'Ask 1-4 questions. They go to your leader first, who answers or escalates them one hop at a time; only what no leader can answer',
+    'reaches the user (the root asks the user directly). Blocks until answered, with no timeout; progress notifications keep the call alive.',
+    'If the call ends first, the question stays pending and its answer arrives in your inbox as [ANSWER qid] ...',
+    'Each question: question, header (at most 12 characters, may be empty), multiSelect, and options: none (free text) or 2-4',
+    '{label, description, value?, requires_text?}. Returns answers[i] {selected_labels, selected_values, text} and answer_text.',
+    'Errors: invalid_input (names the question index and field), user_declined.',
+  ].join(' '),
+  inputSchema: z.strictObject({
+    questions: z.array(questionSchema).min(1, 'must hold 1 to 4 questions').max(4, 'must hold 1 to 4 questions').describe('1 to 4 questions.'),
+    context: z.string().optional().describe('Shared background, shown verbatim.'),
+  }),
+  outputSchema: z.object({
+    qid: z.string(),
+    answers: z.array(answerSchema),
+    answer_text: z.string(),
+  }),
+  annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  allowedDuringReview: true,
+  async handler({ questions, context }, { services, caller, signal, progress }) {
+    const { gateway, config, stopping } = services;
+    const question = await gateway.ask(caller, questions, context ?? null);
+    const qid = question.qid;
+    const where = () => {
+      const holder = gateway.get(qid)?.chain.at(-1);
+      return holder === USER ? 'the user' : `agent ${holder}`;
+    };
+    const tell = () => progress(`question ${qid} is waiting for ${where()}`).catch(() => undefined);
+    await tell();
+    const ticker = setInterval(tell, config.progressS * 1000);
+    let answered;
+    try {
+      answered = await gateway.wait(qid, AbortSignal.any([signal, stopping]));
+    } finally {
+      clearInterval(ticker);
+    }
+    if (!answered) {
+      // The call ended first (client gone or server stopping); the answer will go to the inbox.
+      throw new PrimitiveError('gateway_unavailable', `the call ended before ${qid} was answered; its answer will arrive in your inbox as [ANSWER ${qid}]`, {
+        qid,
+        pending: true,
+      });
+    }
+    if (answered.status === 'declined') {
+      const reason = answered.audit.at(-1)?.reason ?? '';
+      throw new PrimitiveError('user_declined', `the user declined to answer: ${reason}`, { qid, reason });
+    }
+    return { qid, answers: answered.answers ?? [], answer_text: answered.answer_text ?? '' };
+  },
+});

@@ -1,0 +1,23 @@
+import { z } from 'zod';
+import { definePrimitive } from './define.js';
+
+export const escalateQuestion = definePrimitive({
+  name: 'escalate_question',
+  title: 'Escalate a question one hop',
+  description: [
+    'Pass an [INBOX QUESTION] you hold to your own leader (from the root: to the user). Returns at once; the answer goes to the',
+    'original asker, not to you. new_holder is null when it reached the user. reason says why you cannot answer (audit).',
+    'Errors: unknown_qid, not_holder, stale (already answered or escalated past you), invalid_input.',
+  ].join(' '),
+  inputSchema: z.strictObject({
+    qid: z.string().min(1, 'must not be empty').describe('The id from the [INBOX QUESTION] message.'),
+    reason: z.string().trim().min(1, 'must explain why you cannot answer it').describe('Why you cannot answer it yourself.'),
+  }),
+  outputSchema: z.object({ ok: z.literal(true), qid: z.string(), new_holder: z.string().nullable() }),
+  annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
+  allowedDuringReview: true,
+  async handler({ qid, reason }, { services, caller }) {
+    const newHolder = await services.gateway.escalate(caller, qid, reason);
+    return { ok: true as const, qid, new_holder: newHolder };
+  },
+});

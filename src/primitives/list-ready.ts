@@ -1,0 +1,19 @@
+import { z } from 'zod';
+import { activePlan, readyTasks } from '../registry/queries.js';
+import { definePrimitive } from './define.js';
+import { PrimitiveError } from './errors.js';
+
+export const listReady = definePrimitive({
+  name: 'list_ready',
+  title: 'List ready tasks',
+  description:
+    'The task ids of your active plan that are ready to spawn (all dependencies done, not yet spawned). Call it after approvals to see what became ready. Read-only. Error: no_active_plan.',
+  inputSchema: z.strictObject({}),
+  outputSchema: z.object({ ready: z.array(z.string()) }),
+  annotations: { readOnlyHint: true, openWorldHint: false },
+  async handler(_input, { services, caller }) {
+    const plan = activePlan(services.registry.state, caller);
+    if (!plan) throw new PrimitiveError('no_active_plan', 'you have no active plan; declare one with declare_plan');
+    return { ready: readyTasks(plan) };
+  },
+});
