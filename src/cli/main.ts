@@ -3,7 +3,6 @@ import { Command } from 'commander';
 import { VERSION } from '../util/version.js';
 import { CliError } from './client.js';
 import { events } from './events.js';
-import { serve } from './serve.js';
 import { taskStart } from './task.js';
 import { token } from './token.js';
 
@@ -19,7 +18,8 @@ program
   .option('--host <host>', 'interface to listen on (BEIDOU_HOST, default 127.0.0.1)')
   .option('--port <port>', 'port; 0 picks a free one (BEIDOU_PORT, default 7777)')
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
-  .action((opts: { host?: string; port?: string; home?: string }) => serve(opts));
+  // Loaded on demand: client commands should not pay for the server's imports.
+  .action(async (opts: { host?: string; port?: string; home?: string }) => (await import('./serve.js')).serve(opts));
 
 const clientOptions = (cmd: Command) =>
   cmd

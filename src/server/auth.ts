@@ -85,8 +85,7 @@ export class Authenticator {
 }
 
 export function refuse(res: Response, code: AuthRefusalCode, message: string): void {
-  res
-    .status(401)
-    .set('WWW-Authenticate', `Bearer realm="beidou", error="invalid_token", error_description="${code}"`)
-    .json({ error: code, message });
+  // RFC 6750: a request without credentials gets no error attribute.
+  const challenge = code === 'missing_token' ? 'Bearer realm="beidou"' : `Bearer realm="beidou", error="invalid_token", error_description="${code}"`;
+  res.status(401).set('WWW-Authenticate', challenge).json({ error: code, message });
 }
