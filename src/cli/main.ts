@@ -3,6 +3,8 @@ import { Command } from 'commander';
 import { VERSION } from '../util/version.js';
 import { CliError } from './client.js';
 import { events } from './events.js';
+import { answer, questions } from './questions.js';
+import { statsRebuild } from './stats.js';
 import { taskStart } from './task.js';
 import { token } from './token.js';
 
@@ -56,6 +58,28 @@ clientOptions(
     .option('--since <seq>', 'only events after this seq')
     .option('--follow', 'stream new events as they happen'),
 ).action(events);
+
+clientOptions(
+  program.command('questions').description('list the questions waiting for the user').option('--json', 'print JSON'),
+).action(questions);
+
+clientOptions(
+  program
+    .command('answer')
+    .description('answer a question as the user')
+    .argument('<qid>', 'the question id (see beidou questions)')
+    .option('--choose <label>', 'an option label (repeat for multi-select)', (v: string, prev: string[] = []) => [...prev, v])
+    .option('--text <text>', 'free text, or the text an option requires')
+    .option('--answers <json>', 'all answers as JSON: [{"selected_labels": [...], "text": ...}, ...]'),
+).action(answer);
+
+program
+  .command('stats')
+  .description('rollup maintenance')
+  .command('rebuild')
+  .description('recreate stats.db from the event logs (run while the server is stopped)')
+  .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
+  .action(statsRebuild);
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CliError) {

@@ -1,0 +1,64 @@
+import { api, CliError, type ClientOptions } from './client.js';
+
+interface PendingQuestion {
+  qid: string;
+  task_id: string;
+  asker_agent_id: string;
+  origin: string;
+  questions: Array<{ question: string; header: string; multiSelect: boolean; options: Array<{ label: string; description: string; requires_text?: boolean }> }>;
+  context: string | null;
+  chain: string[];
+  created_at: number;
+}
+
+/** `beidou questions [--json]`: the questions waiting for the user. */
+export async function questions(opts: ClientOptions & { json?: boolean }): Promise<void> {
+  const pending = await api<PendingQuestion[]>(opts, 'GET', '/questions/pending');
+  if (opts.json) {
+    process.stdout.write(JSON.stringify(pending) + '\n');
+    return;
+  }
+  if (pending.length === 0) {
+    process.stdout.write('no questions are waiting for you\n');
+    return;
+  }
+  const out: string[] = [];
+  for (const q of pending) {
+    out.push(`${q.qid}  task ${q.task_id}  from ${q.asker_agent_id}  (${q.origin}, via ${q.chain.join(' -> ')})`);
+    if (q.context) out.push(`  context: ${q.context}`);
+    q.questions.forEach((item, i) => {
+      out.push(`  ${i + 1}. ${item.header ? `[${item.header}] ` : ''}${item.question}`);
+      if (item.options.length === 0) out.push('     (free text: --text "...")');
+      for (const o of item.options) out.push(`     - ${o.label}: ${o.description}${o.requires_text ? ' (needs --text)' : ''}`);
+      if (item.multiSelect) out.push('     (choose any number)');
+    });
+    out.push('');
+  }
+  out.push('answer with: beidou answer QID --choose LABEL [--choose LABEL] [--text "..."]   (one sub-question)');
+  out.push('         or: beidou answer QID --answers \'[{"selected_labels":["A"],"text":null}, ...]\'');
+  process.stdout.write(out.join('\n') + '\n');
+}
+
+export interface AnswerOptions extends ClientOptions {
+  choose?: string[];
+  text?: string;
+  answers?: string;
+}
+
+/** `beidou answer QID`: answers a question as the user. */
+export async function answer(qid: string, opts: AnswerOptions): Promise<void> {
+  let answers: unknown;
+  if (opts.answers) {
+    if (opts.choose?.length || opts.text) throw new CliError('give either --answers JSON, or --choose/--text, not both', 2);
+    try {
+      answers = JSON.parse(opts.answers);
+    } catch {
+      throw new CliError('--answers must be a JSON array of {selected_labels, text}', 2);
+    }
+  } else {
+    if (!opts.choose?.length && !opts.text) throw new CliError('say what to answer: --choose LABEL and/or --text "..." (or --answers JSON)', 2);
+    answers = [{ selected_labels: opts.choose ?? [], text: opts.text ?? null }];
+  }
+  await api(opts, 'POST', `/questions/${encodeURIComponent(qid)}/answer`, { answers });
+  process.stdout.write(`answered ${qid}\n`);
+}

@@ -1,0 +1,31 @@
+import { rmSync } from 'node:fs';
+import { ConfigError, homePaths, loadConfig } from '../config.js';
+import { JsonlEventLog } from '../events/jsonl-log.js';
+import { SqliteRollups } from '../events/rollups.js';
+import { Registry } from '../registry/registry.js';
+import { systemClock } from '../util/ids.js';
+import { CliError } from './client.js';
+
+/**
+ * `beidou stats rebuild`: recreate stats.db from the event logs. The rollups are derived
+ * data, so they can always be thrown away and rebuilt. Run it while the server is stopped.
+ */
+export async function statsRebuild(opts: { home?: string }): Promise<void> {
+  let config;
+  try {
+    config = loadConfig({ ...(opts.home ? { home: opts.home } : {}) });
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, 2);
+    throw err;
+  }
+  const paths = homePaths(config.home);
+  const registry = new Registry(new JsonlEventLog(paths.events, systemClock));
+  await registry.open();
+  for (const suffix of ['', '-wal', '-shm']) rmSync(paths.statsDb + suffix, { force: true });
+  const rollups = new SqliteRollups(paths.statsDb, registry.state);
+  rollups.rebuild();
+  rollups.close();
+  await registry.log.close();
+  const { tasks, agents, teams, questions } = registry.state;
+  process.stdout.write(`rebuilt ${paths.statsDb}: ${tasks.size} tasks, ${teams.size} teams, ${agents.size} agents, ${questions.size} questions\n`);
+}
