@@ -12,11 +12,11 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { invokePrimitive } from '../primitives/invoke.js';
 import { PrimitiveError } from '../primitives/errors.js';
-import { PRIMITIVES_BY_NAME } from '../primitives/index.js';
+import type { AnyPrimitive } from '../primitives/define.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
-import { TOOL_LIST } from './tool-listing.js';
+import { toolDefinition } from './tool-listing.js';
 
 /**
  * The MCP endpoint: Streamable HTTP at /mcp and legacy HTTP+SSE at /sse + /messages. Each
@@ -33,8 +33,16 @@ interface McpSession {
 export class McpSessions {
   private readonly sessions = new Map<string, McpSession>();
   private readonly byAgent = new Map<string, Set<McpSession>>();
+  private readonly byName: ReadonlyMap<string, AnyPrimitive>;
+  /** Computed once: every session lists the same tools. */
+  private readonly toolList;
 
-  constructor(private readonly services: Services) {
+  constructor(
+    private readonly services: Services,
+    catalogue: readonly AnyPrimitive[],
+  ) {
+    this.byName = new Map(catalogue.map((p) => [p.name, p]));
+    this.toolList = catalogue.map(toolDefinition);
     // A wake-up nudge on every open session of the recipient; delivery itself is elsewhere.
     services.inboxes.onArrival((agentId, message) => {
       const set = this.byAgent.get(agentId);
@@ -72,10 +80,10 @@ export class McpSessions {
           'Beidou coordinates a team of agents. Your identity comes from your token. Use send_message to talk to peers, list_peers to find them, read_inbox to read messages if your client does not deliver them as turns.',
       },
     );
-    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOL_LIST }));
+    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
       const { services } = this;
-      const primitive = PRIMITIVES_BY_NAME.get(request.params.name);
+      const primitive = this.byName.get(request.params.name);
       const caller = services.registry.agent(agentId);
       if (!primitive || !caller) {
         const error = !caller

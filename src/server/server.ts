@@ -19,9 +19,13 @@ import { PACKAGE_ROOT } from '../util/version.js';
 import { buildApp } from './app.js';
 import { Authenticator } from './auth.js';
 import { McpSessions } from './mcp.js';
+import type { AnyPrimitive } from '../primitives/define.js';
+import { PRIMITIVES } from '../primitives/index.js';
 
 export interface StartOptions {
   logger?: Logger;
+  /** The tools to serve; the full catalogue unless a harness (the bench) adds its own. */
+  catalogue?: readonly AnyPrimitive[];
   clock?: Clock;
   ids?: IdSource;
 }
@@ -89,7 +93,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   );
 
   const auth = new Authenticator(adminToken, services.tokens, registry);
-  const mcp = new McpSessions(services);
+  const mcp = new McpSessions(services, options.catalogue ?? PRIMITIVES);
   const app = buildApp(services, auth, mcp, stopping.signal);
   const httpServer = http.createServer(app);
   // Long-blocking tool calls (ask_user) must not be cut by Node's default timeouts.

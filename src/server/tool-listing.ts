@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { AnyPrimitive } from '../primitives/define.js';
-import { PRIMITIVES } from '../primitives/index.js';
 
 /** JSON Schema of a primitive's input (as a client sends it) or output (as it receives it). */
 export function toolJsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
@@ -20,6 +19,3 @@ export function toolDefinition(p: AnyPrimitive): Tool {
     ...(p.annotations ? { annotations: { title: p.title, ...p.annotations } } : {}),
   };
 }
-
-/** Computed once: every session lists the same tools. */
-export const TOOL_LIST: Tool[] = PRIMITIVES.map(toolDefinition);

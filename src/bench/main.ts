@@ -1,0 +1,176 @@
+import { fork } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { pino } from 'pino';
+import { z } from 'zod';
+import { loadConfig } from '../config.js';
+import { definePrimitive, type AnyPrimitive } from '../primitives/define.js';
+import { PRIMITIVES } from '../primitives/index.js';
+import { createTask } from '../runtime/agents.js';
+import { startServer, type BeidouServer } from '../server/server.js';
+import type { Figures, Job } from './clients.js';
+
+/**
+ * `npm run bench`: prints figures for SPEC §7. send_message over Streamable HTTP with 50
+ * concurrent agents next to a no-op tool on the same stack (the floor), send→delivery
+ * latency next to the floor's round trip, 1,000 connected agents, and replay of 100,000
+ * events on start. Clients run in a child process. Figures, not assertions.
+ */
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const AGENTS = 50;
+
+/** The floor: same input shape and the same wrapper as send_message, doing nothing. */
+const noop = definePrimitive({
+  name: 'bench_noop',
+  title: 'no-op (bench floor)',
+  description: 'Does nothing; the bench measures the stack under it.',
+  inputSchema: z.strictObject({ to: z.string().min(1), content: z.string().min(1) }),
+  outputSchema: z.object({ ok: z.literal(true) }),
+  allowedDuringReview: true,
+  async handler() {
+    return { ok: true as const };
+  },
+});
+
+const CLIENTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'clients.js');
+
+function runClients(job: Job, onMessage?: (m: unknown, child: ReturnType<typeof fork>) => void): Promise<Figures> {
+  return new Promise((resolve, reject) => {
+    const child = fork(CLIENTS, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const cpu0 = process.cpuUsage();
+    child.on('message', (m: { figures?: Figures }) => {
+      if (m.figures) {
+        const used = process.cpuUsage(cpu0);
+        resolve({ ...m.figures, cpu: { server: (used.user + used.system) / 1e6, clients: m.figures.cpu?.clients ?? NaN } });
+      }
+      else onMessage?.(m, child);
+    });
+    child.on('exit', (code) => code !== 0 && reject(new Error(`bench clients exited with ${code}`)));
+    child.send(job);
+  });
+}
+
+const pct = (xs: number[], p: number) => {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+};
+const fmt = (n: number, digits = 1) => n.toFixed(digits);
+
+async function withServer<T>(fn: (server: BeidouServer, home: string) => Promise<T>, env: Record<string, string> = {}): Promise<T> {
+  const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-'));
+  const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_INBOX_CAP: '1000000000', ...env }), {
+    logger: pino({ level: 'silent' }),
+    catalogue: [...PRIMITIVES, noop as unknown as AnyPrimitive],
+  });
+  try {
+    return await fn(server, home);
+  } finally {
+    await server.close();
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+/** A task whose root leads one team of `n` members; returns their ids and tokens. */
+async function team(server: BeidouServer, n: number) {
+  const { services } = server;
+  const skill = services.skills.load('worker');
+  const { taskId, rootAgentId } = await createTask(services, { task: 'bench', skill, model: null, name: 'bench', workspace: null, spawn: false });
+  const { createTeam } = await import('../primitives/create-team.js');
+  const root = services.registry.agent(rootAgentId)!;
+  const out = await createTeam.handler(
+    {
+      name: 'bench',
+      task: 'bench',
+      roles: Array.from({ length: n }, (_, i) => ({ role: `agent-${i}`, skill: 'worker', description: `member ${i}` })),
+      rules: [],
+      consensus: false,
+    },
+    { services, caller: root, signal: new AbortController().signal, progress: async () => {} },
+  );
+  const ids = out.members.map((m) => m.agent_id);
+  const tokens = await Promise.all(ids.map((id) => services.tokens.mintAgent(id, taskId)));
+  return { taskId, ids, tokens };
+}
+
+function report(name: string, f: Figures): { rps: number; p50: number; p99: number } {
+  const rps = f.calls / f.seconds;
+  if (f.cpu) console.log(`    (cpu: server ${fmt(f.cpu.server, 2)} s, clients ${fmt(f.cpu.clients, 2)} s over ${fmt(f.seconds, 2)} s)`);
+  const p50 = pct(f.latenciesMs, 50);
+  const p99 = pct(f.latenciesMs, 99);
+  console.log(`  ${name.padEnd(26)} ${fmt(rps, 0).padStart(7)} req/s   p50 ${fmt(p50, 2).padStart(6)} ms   p99 ${fmt(p99, 2).padStart(6)} ms   errors ${f.errors}`);
+  return { rps, p50, p99 };
+}
+
+async function main(): Promise<void> {
+  console.log(`beidou bench (node ${process.version}, ${os.cpus().length} cpus)\n`);
+
+  console.log(`1. ${AGENTS} concurrent agents over Streamable HTTP, ${SECONDS} s each`);
+  await withServer(async (server) => {
+    const { ids, tokens } = await team(server, AGENTS);
+    const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
+    const floor = report('bench_noop (floor)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'bench_noop', seconds: SECONDS }));
+    const send = report('send_message', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'send_message', seconds: SECONDS }));
+    console.log(`  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`);
+
+    console.log('2. send -> delivery latency (read_inbox waiting, 200 samples)');
+    const d = await runClients({ kind: 'delivery', url: server.url, senderToken: tokens[0]!, receiverToken: tokens[1]!, receiverId: ids[1]!, samples: 200 });
+    const delivery = { p50: pct(d.latenciesMs, 50), p99: pct(d.latenciesMs, 99) };
+    console.log(`  send -> delivered          p50 ${fmt(delivery.p50, 2)} ms   p99 ${fmt(delivery.p99, 2)} ms   (floor round trip p50 ${fmt(floor.p50, 2)} ms)   errors ${d.errors}\n`);
+  });
+
+  console.log('3. 1,000 agents connected to one server');
+  await withServer(async (server) => {
+    const { tokens } = await team(server, 1000);
+    const before = process.memoryUsage().rss;
+    let connectedAt = 0;
+    const f = await runClients({ kind: 'connect', url: server.url, tokens }, (m, child) => {
+      if ((m as { connected?: number }).connected) {
+        connectedAt = process.memoryUsage().rss;
+        child.send('done');
+      }
+    });
+    console.log(`  ${f.calls} sessions opened and called list_peers in ${fmt(f.seconds, 2)} s, errors ${f.errors}; server RSS ${fmt(before / 2 ** 20, 0)} -> ${fmt(connectedAt / 2 ** 20, 0)} MiB\n`);
+  });
+
+  console.log('4. replay of 100,000 events on start');
+  const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-'));
+  try {
+    const config = loadConfig({ port: '0', home }, { BEIDOU_INBOX_CAP: '1000000000' });
+    const quiet = { logger: pino({ level: 'silent' }) };
+    let server = await startServer(config, quiet);
+    const { services } = server;
+    const { ids } = await team(server, 10);
+    const taskId = services.registry.agent(ids[0]!)!.task_id;
+    const t0 = performance.now();
+    for (let batch = 0; batch < 100; batch++) {
+      const drafts = Array.from({ length: 1000 }, (_, i) => ({
+        event: 'send_message' as const,
+        task_id: taskId,
+        caller_id: ids[i % 10]!,
+        to: ids[(i + 1) % 10]!,
+        content: `replay message ${batch * 1000 + i} with a little body text`,
+        message_id: services.ids.next('msg'),
+      }));
+      await services.registry.commit(drafts);
+    }
+    const wrote = (performance.now() - t0) / 1000;
+    await server.close();
+    const t1 = performance.now();
+    server = await startServer(config, quiet);
+    const replay = (performance.now() - t1) / 1000;
+    const events = server.services.registry.task(taskId)!.event_count;
+    await server.close();
+    console.log(`  wrote 100,000 events in ${fmt(wrote, 2)} s; restart replayed ${events} events in ${fmt(replay, 2)} s (${fmt(events / replay, 0)} events/s)`);
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
