@@ -1,0 +1,97 @@
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { EventDraft, StoredEvent } from '../src/events/catalogue.js';
+import { JsonlEventLog } from '../src/events/jsonl-log.js';
+import { removeHome, tempHome } from './support/server.js';
+
+const clock = { now: () => 1_800_000_000.5 };
+const draft = (taskId: string, i: number): EventDraft => ({
+  event: 'send_message',
+  task_id: taskId,
+  caller_id: 'ag_a',
+  to: 'ag_b',
+  content: `message ${i} ✓`,
+  message_id: `msg_${i}`,
+});
+
+describe('JsonlEventLog', () => {
+  let dir = '';
+  afterEach(() => removeHome(dir));
+
+  async function reopen(): Promise<{ log: JsonlEventLog; replayed: StoredEvent[] }> {
+    const log = new JsonlEventLog(dir, clock);
+    const replayed: StoredEvent[] = [];
+    await log.open((e) => replayed.push(e));
+    return { log, replayed };
+  }
+
+  it('gives concurrent appends gapless seqs per task and makes them durable together', async () => {
+    dir = tempHome();
+    const { log } = await reopen();
+    const results = Array.from({ length: 50 }, (_, i) => log.append([draft(i % 2 ? 'tsk_odd' : 'tsk_even', i)]));
+    await Promise.all(results.map((r) => r.durable));
+    expect(results.filter((_, i) => i % 2 === 0).map((r) => r.events[0]!.seq)).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
+    expect(log.durableSeq('tsk_odd')).toBe(25);
+    const lines = readFileSync(path.join(dir, 'tsk_even.jsonl'), 'utf8').trim().split('\n');
+    expect(lines).toHaveLength(25);
+    expect(JSON.parse(lines[0]!)).toMatchObject({ seq: 1, ts: 1_800_000_000.5, event: 'send_message', task_id: 'tsk_even', content: 'message 0 ✓' });
+    // The envelope comes first on every line.
+    expect(Object.keys(JSON.parse(lines[0]!)).slice(0, 4)).toEqual(['seq', 'ts', 'event', 'task_id']);
+    await log.close();
+  });
+
+  it('reads ranges by seq (multi-byte content included) and replays them in order', async () => {
+    dir = tempHome();
+    const first = await reopen();
+    await first.log.append(Array.from({ length: 10 }, (_, i) => draft('tsk_a', i))).durable;
+    expect(first.log.read('tsk_a', 3, 4).map((e) => e.seq)).toEqual([4, 5, 6, 7]);
+    expect(first.log.read('tsk_a', 8, 100).map((e) => e.seq)).toEqual([9, 10]);
+    expect(first.log.read('tsk_a', 10, 100)).toEqual([]);
+    expect(first.log.read('tsk_missing', 0, 100)).toEqual([]);
+    await first.log.close();
+    const second = await reopen();
+    expect(second.replayed.map((e) => e.seq)).toEqual(Array.from({ length: 10 }, (_, i) => i + 1));
+    expect(second.log.read('tsk_a', 0, 2).map((e) => (e as { content: string }).content)).toEqual(['message 0 ✓', 'message 1 ✓']);
+    // Appends continue the sequence after a restart.
+    const next = second.log.append([draft('tsk_a', 10)]);
+    await next.durable;
+    expect(next.events[0]!.seq).toBe(11);
+    await second.log.close();
+  });
+
+  it('cuts a torn last line (a crash mid-write) and continues after the last whole event', async () => {
+    dir = tempHome();
+    const first = await reopen();
+    await first.log.append([draft('tsk_t', 0), draft('tsk_t', 1)]).durable;
+    await first.log.close();
+    appendFileSync(path.join(dir, 'tsk_t.jsonl'), '{"seq":3,"ts":1,"event":"send_mes');
+    const second = await reopen();
+    expect(second.replayed.map((e) => e.seq)).toEqual([1, 2]);
+    await second.log.append([draft('tsk_t', 2)]).durable;
+    const lines = readFileSync(path.join(dir, 'tsk_t.jsonl'), 'utf8').trim().split('\n');
+    expect(lines.map((l) => JSON.parse(l).seq)).toEqual([1, 2, 3]);
+    await second.log.close();
+  });
+
+  it('refuses to start on a corrupt line in the middle or a gap in seq', async () => {
+    dir = tempHome();
+    writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\nnot json\n');
+    await expect(reopen()).rejects.toThrow(/line 2 is not valid JSON/);
+    writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n');
+    await expect(reopen()).rejects.toThrow(/seq 3, expected 2/);
+  });
+
+  it('calls subscribers with each durable batch', async () => {
+    dir = tempHome();
+    const { log } = await reopen();
+    const seen: number[][] = [];
+    const off = log.subscribe('tsk_s', (events) => seen.push(events.map((e) => e.seq)));
+    await log.append([draft('tsk_s', 0), draft('tsk_s', 1)]).durable;
+    await log.append([draft('tsk_s', 2)]).durable;
+    off();
+    await log.append([draft('tsk_s', 3)]).durable;
+    expect(seen.flat()).toEqual([1, 2, 3]);
+    await log.close();
+  });
+});

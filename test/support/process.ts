@@ -1,0 +1,30 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+
+export const CLI = path.resolve(import.meta.dirname, '../../dist/cli/main.js');
+
+export interface ServerProcess {
+  child: ChildProcess;
+  url: string;
+  exited: Promise<number | null>;
+}
+
+/** `beidou serve` as a child process; resolves once it printed its listening line. */
+export function spawnServer(home: string, env: Record<string, string> = {}): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--home', home], {
+    env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    lines.on('line', (line) => {
+      const m = /^beidou listening on (http:\/\/\S+)$/.exec(line);
+      if (m) resolve({ child, url: m[1]!, exited });
+    });
+    void exited.then((code) => reject(new Error(`server exited with ${code} before listening: ${stderr}`)));
+  });
+}
