@@ -222,6 +222,97 @@ export const EVENT_FIELDS = {
     decision: z.enum(['approve', 'rework']).optional(),
   }),
   'completion.empty': z.object({ agent_id: id, leader_id: id, reason: z.string() }),
+  // ---- the spawner: assignment by the server ----
+  /** The server handed an agent's launch to a spawner (a resume when it ran before). */
+  'launch.assigned': z.object({
+    agent_id: id,
+    spawner_id: id,
+    resume: z.boolean(),
+    session_id: z.string().nullable(),
+  }),
+  /** A spawner missed three heartbeats; its agents wait for another spawner, which resumes them. */
+  'spawner.lost': z.object({ spawner_id: id, agent_ids: z.array(id) }),
+
+  // ---- drained from agent processes by the spawner (validated on arrival) ----
+  agent_started: z.object({
+    agent_id: id,
+    team_id: nullableId,
+    role: z.string().nullable(),
+    name: z.string(),
+    template: z.string(),
+    model_requested: z.string().nullable(),
+    session_id: z.string().nullable(),
+    resumed: z.boolean(),
+    spawner_id: id,
+  }),
+  'turn.usage': z.object({
+    caller_id: id,
+    message_id: z.string(),
+    model: z.string().nullable(),
+    stop_reason: z.string().nullable(),
+    input_tokens: z.number().int().min(0),
+    output_tokens: z.number().int().min(0),
+    cache_creation_input_tokens: z.number().int().min(0).optional(),
+    cache_read_input_tokens: z.number().int().min(0).optional(),
+  }),
+  assistant_text: z.object({
+    caller_id: id,
+    message_id: z.string(),
+    text: z.string(),
+    stop_reason: z.string().nullable(),
+  }),
+  tool_called: z.object({
+    caller_id: id,
+    message_id: z.string().nullable(),
+    tool_use_id: z.string(),
+    name: z.string(),
+    input: z.unknown(),
+  }),
+  tool_result: z.object({
+    caller_id: id,
+    tool_use_id: z.string(),
+    duration_ms: z.number().min(0),
+    is_error: z.boolean(),
+    error_reason: z.string().nullable(),
+  }),
+  'run.cost': z.object({
+    agent_id: id,
+    total_cost_usd: z.number().min(0),
+    duration_ms: z.number().min(0),
+    duration_api_ms: z.number().min(0),
+    num_turns: z.number().int().min(0),
+    usage: z.record(z.string(), z.unknown()),
+    model_usage: z.record(z.string(), z.unknown()),
+  }),
+  agent_error: z.object({
+    caller_id: id,
+    exception: z.string(),
+    msg: z.string(),
+    stderr: z.string(),
+    stop_reason: z.string().optional(),
+  }),
+  agent_crashed: z.object({
+    caller_id: id,
+    exception: z.string(),
+    msg: z.string(),
+    strike_count: z.number().int().min(1),
+    stderr: z.string(),
+  }),
+  agent_completed: z.object({
+    agent_id: id,
+    terminated: z.boolean(),
+    stop_reason: z.enum(['end_turn', 'no_result', 'cancelled', 'crashed', 'crash_escalated', 'contract_violation_escalated']),
+  }),
+  contract_violation: z.object({
+    agent_id: id,
+    strike_count: z.number().int().min(1),
+    action: z.enum(['resumed', 'escalated_to_leader', 'escalated_to_user']),
+  }),
+  root_crash_escalation: z.object({ agent_id: id, crash_strikes: z.number().int(), stderr: z.string() }),
+  config_warning: z.object({ agent_id: id, skill: z.string(), warning: z.string() }),
+  // ---- from `beidou hook` ----
+  'ask_user_question.redirected': z.object({ caller_id: id, questions_count: z.number().int().min(0) }),
+  'disallowed_alias.denied': z.object({ caller_id: id, tool_name: z.string() }),
 } as const;
 
 export type EventName = keyof typeof EVENT_FIELDS;
@@ -245,6 +336,26 @@ export const eventEnvelope = z.object({
   event: z.string(),
   task_id: id,
 });
+
+/**
+ * Events a spawner may post for the agents it runs. The server fills in `caller_id` /
+ * `agent_id` from the agent the post is for (identity never comes from the payload) and
+ * builds `agent_started` itself from the registry.
+ */
+export const SPAWNER_EVENTS = [
+  'turn.usage',
+  'assistant_text',
+  'tool_called',
+  'tool_result',
+  'run.cost',
+  'agent_error',
+  'agent_crashed',
+  'agent_completed',
+  'contract_violation',
+  'root_crash_escalation',
+  'config_warning',
+  'terminate.forced',
+] as const satisfies readonly EventName[];
 
 /** The full stored shape of one event, for schemas/ and run-time validation. */
 export function storedEventSchema(name: EventName) {

@@ -7,8 +7,10 @@ export function agentStatus(agent: AgentRecord): AgentStatus {
   if (agent.terminate_posted) return 'terminating';
   if (agent.review) return 'review_pending';
   if (agent.termination_request) return 'termination_requested';
-  if (agent.launch) return 'pending_launch';
-  return 'active';
+  if (agent.running || !agent.launch) return 'active';
+  if (agent.spawner_id) return 'launching';
+  // Queued: never started yet, or started before and now waiting for a spawner to resume it.
+  return agent.started ? 'waiting_for_spawner' : 'pending_launch';
 }
 
 export type PeerScope = 'team' | 'children' | 'all';

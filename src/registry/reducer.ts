@@ -4,6 +4,7 @@ import { BEIDOU, USER, type AgentRecord, type PendingHandoff, type RegistryState
 /** The agent acted: the idle clock restarts and the watchdog's nudges reset. */
 function touch(agent: AgentRecord | undefined, ts: number): void {
   if (!agent) return;
+  agent.started = true;
   agent.last_activity_at = ts;
   agent.nudges = 0;
   agent.nudge_escalated = false;
@@ -96,6 +97,11 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         delivered_count: 0,
         sent_count: 0,
         launch: null,
+        spawner_id: null,
+        session_id: null,
+        started: false,
+        running: false,
+        cost_base: 0,
         active_plan_id: null,
         plan_id: e.plan_id,
         plan_team_id: null,
@@ -312,6 +318,74 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       }
       return;
     }
+    case 'launch.assigned': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      agent.spawner_id = e.spawner_id;
+      return;
+    }
+    case 'spawner.lost': {
+      for (const agentId of e.agent_ids) {
+        const agent = state.agents.get(agentId);
+        if (!agent || agent.spawner_id !== e.spawner_id) continue;
+        agent.spawner_id = null;
+        agent.running = false;
+      }
+      return;
+    }
+    case 'agent_started': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      if (!e.resumed) agent.cost_base = agent.stats.cost_usd;
+      agent.session_id = e.session_id ?? agent.session_id;
+      agent.spawner_id = e.spawner_id;
+      agent.running = true;
+      touch(agent, e.ts);
+      return;
+    }
+    case 'agent_completed': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      agent.running = false;
+      // An agent that ended for good (terminated or escalated) needs no launch any more.
+      if (e.terminated || e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') {
+        agent.launch = null;
+        agent.spawner_id = null;
+      }
+      return;
+    }
+    case 'turn.usage': {
+      const agent = state.agents.get(e.caller_id);
+      if (!agent) return;
+      agent.stats.input_tokens += e.input_tokens + (e.cache_creation_input_tokens ?? 0) + (e.cache_read_input_tokens ?? 0);
+      agent.stats.output_tokens += e.output_tokens;
+      agent.stats.llm_calls++;
+      touch(agent, e.ts);
+      return;
+    }
+    case 'tool_called': {
+      const agent = state.agents.get(e.caller_id);
+      if (!agent) return;
+      agent.stats.tool_calls++;
+      touch(agent, e.ts);
+      return;
+    }
+    case 'assistant_text':
+    case 'tool_result':
+      touch(state.agents.get(e.caller_id), e.ts);
+      return;
+    case 'run.cost': {
+      const agent = state.agents.get(e.agent_id);
+      if (agent) agent.stats.cost_usd = agent.cost_base + e.total_cost_usd;
+      return;
+    }
+    case 'agent_error':
+    case 'agent_crashed':
+    case 'contract_violation':
+    case 'root_crash_escalation':
+    case 'config_warning':
+    case 'ask_user_question.redirected':
+    case 'disallowed_alias.denied':
     case 'completion.reported':
     case 'completion.empty':
     case 'depth.warning':

@@ -64,6 +64,8 @@ export interface AgentStats {
 
 export type AgentStatus =
   | 'pending_launch'
+  | 'launching'
+  | 'waiting_for_spawner'
   | 'active'
   | 'review_pending'
   | 'termination_requested'
@@ -101,6 +103,16 @@ export interface AgentRecord {
   delivered_count: number;
   sent_count: number;
   launch: LaunchRequest | null;
+  /** The spawner running (or about to run) this agent, if any. */
+  spawner_id: string | null;
+  /** The session a resume continues (Claude Code's session id, or the command adapter's). */
+  session_id: string | null;
+  /** Whether the agent ever ran (a spawner started it, or it called a tool). */
+  started: boolean;
+  /** Whether its process is running now (between agent_started and agent_completed / spawner.lost). */
+  running: boolean;
+  /** Cost of the agent's earlier sessions; run.cost reports a session's cumulative total. */
+  cost_base: number;
   /** The plan this agent declared and is running, if any. */
   active_plan_id: string | null;
   /** The plan this agent was spawned under (with plan_task_id), if any. */

@@ -1,7 +1,7 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
 import { PrimitiveError } from '../primitives/errors.js';
 import type { Registry } from '../registry/registry.js';
-import { BEIDOU, USER, type AgentRecord, type QuestionItem, type QuestionOrigin, type QuestionRecord } from '../registry/state.js';
+import { BEIDOU, USER, type AgentRecord, type Answer, type QuestionItem, type QuestionOrigin, type QuestionRecord } from '../registry/state.js';
 import type { IdSource } from '../util/ids.js';
 import { promptSummary, renderAnswerText, validateAnswers, type AnswerInput } from './answers.js';
 import { terminationDrafts } from './agents.js';
@@ -146,7 +146,7 @@ export class Questions {
       { event: 'question_answered', task_id: q.task_id, qid, asker: q.asker, chain_len: q.chain.length, answers, answer_text: answerText, by: byId, reason },
     ];
     const asker = this.registry.agent(q.asker);
-    if (q.asker === BEIDOU) drafts.push(...this.effects(q, answers[0]?.selected_values ?? [], answerText));
+    if (q.asker === BEIDOU) drafts.push(...this.effects(q, answers, answerText));
     else if (asker && !asker.terminate_consumed && !this.waiters.has(qid)) {
       drafts.push({
         event: 'inbox.posted',
@@ -280,7 +280,8 @@ export class Questions {
   }
 
   /** What answering one of the server's own questions does, in the same commit as the answer. */
-  private effects(q: QuestionRecord, values: string[], answerText: string): EventDraft[] {
+  private effects(q: QuestionRecord, answers: Answer[], answerText: string): EventDraft[] {
+    const values = answers[0]?.selected_values ?? [];
     const subject = q.subject_agent_id ? this.registry.agent(q.subject_agent_id) : undefined;
     if (!subject || subject.terminate_consumed) return [];
     const state = this.registry.state;
@@ -297,7 +298,8 @@ export class Questions {
       if (approve) return [reported, ...terminationDrafts(state, USER, subject, 'root_approved')];
       return [reported, ...this.userMessage(subject, answerText.replace(/^Root review: /, ''))];
     }
-    return this.userMessage(subject, answerText);
+    // The watchdog's questions are single free-text ones: pass the user's words on as they are.
+    return this.userMessage(subject, answers[0]?.text ?? answerText);
   }
 
   private userMessage(to: AgentRecord, content: string): EventDraft[] {

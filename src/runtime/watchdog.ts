@@ -107,8 +107,14 @@ export class Watchdog {
       const isRoot = agent.leader_id === USER;
       const children = directChildren(registry.state, agent).filter((c) => !c.terminate_consumed);
       if (!isRoot && children.length === 0) continue;
-      if (agent.launch) continue; // queued for a spawner that has not started it: nothing to nudge yet
-      if (agent.nudge_escalated || agent.review || agent.termination_request) continue;
+      if (!agent.started) continue; // queued for a spawner that has not started it: nothing to nudge yet
+      if (agent.review || agent.termination_request) continue;
+      // A child's hand-off waiting on this leader is pass A's to chase, not a second ladder.
+      if (children.some((c) => c.review || c.termination_request)) continue;
+      // A tool call since the last nudge is activity too (read-only calls leave no event).
+      const calledSinceNudge = activity.lastCallAt(agent.agent_id) > (agent.last_nudge_at ?? 0);
+      const nudges = calledSinceNudge ? 0 : agent.nudges;
+      if (agent.nudge_escalated && !calledSinceNudge) continue;
       if (questions.some((q) => q.asker === agent.agent_id || q.chain.includes(agent.agent_id))) continue;
       const subtree = this.subtree(agent);
       if (subtree.some((a) => activity.busy(a.agent_id))) continue;
@@ -118,7 +124,7 @@ export class Watchdog {
       const since = Math.max(lastActive, agent.last_nudge_at ?? 0);
       if (now - since < config.idleNudgeS) continue;
       const idleS = now - lastActive;
-      if (agent.nudges + 1 >= PINGS_BEFORE_ESCALATION) {
+      if (nudges + 1 >= PINGS_BEFORE_ESCALATION) {
         await gateway.escalateIdle(agent, idleS);
         continue;
       }
@@ -132,7 +138,7 @@ export class Watchdog {
           content: `[LIVENESS] You and your team have been idle for ${Math.round(idleS)} s. Check list_pending_reviews and list_ready, answer what waits on you, or hand your work up with signal_review.`,
           message_id: ids.next('msg'),
         },
-        { event: 'liveness.nudge', task_id: agent.task_id, agent_id: agent.agent_id, nudge_count: agent.nudges + 1, idle_s: idleS },
+        { event: 'liveness.nudge', task_id: agent.task_id, agent_id: agent.agent_id, nudge_count: nudges + 1, idle_s: idleS },
       ]);
     }
   }
