@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { Express, Request, Response } from 'express';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -22,6 +23,13 @@ import { toolDefinition } from './tool-listing.js';
  * The MCP endpoint: Streamable HTTP at /mcp and legacy HTTP+SSE at /sse + /messages. Each
  * session is bound to the agent whose token opened it; the same tools serve both.
  */
+
+/**
+ * The HTTP request a tool call arrived on. A Streamable HTTP session outlives its requests,
+ * so the SDK does not abort a handler when the connection carrying the call drops; this
+ * signal does (a blocked ask_user then leaves its answer to the inbox).
+ */
+const requestConnection = new AsyncLocalStorage<AbortSignal>();
 
 interface McpSession {
   id: string;
@@ -93,10 +101,11 @@ export class McpSessions {
       }
       const progressToken = request.params._meta?.progressToken;
       let progress = 0;
+      const dropped = requestConnection.getStore();
       const result = await invokePrimitive(primitive, request.params.arguments, {
         services,
         caller,
-        signal: extra.signal,
+        signal: dropped ? AbortSignal.any([extra.signal, dropped]) : extra.signal,
         progress: async (message) => {
           if (progressToken === undefined) return;
           await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: ++progress, message } });
@@ -135,7 +144,13 @@ export class McpSessions {
         const session = this.sessions.get(sessionId);
         if (!session) return jsonRpcError(res, 404, -32001, 'Session not found; initialize a new session');
         if (session.agentId !== agentId) return forbidden(res);
-        await (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body);
+        const connection = new AbortController();
+        res.on('close', () => {
+          if (!res.writableFinished) connection.abort();
+        });
+        await requestConnection.run(connection.signal, () =>
+          (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body),
+        );
         return;
       }
       if (req.method !== 'POST' || !isInitializeRequest(req.body)) {

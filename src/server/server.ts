@@ -123,6 +123,8 @@ export async function startServer(config: Config, options: StartOptions = {}): P
       watchdog.stop();
       stopping.abort();
       services.inboxes.wakeAll();
+      // Blocked calls now end; let their results reach the clients before closing sessions.
+      await services.activity.drained(DRAIN_MS);
       await mcp.closeAll();
       httpServer.closeIdleConnections();
       const timer = setTimeout(() => httpServer.closeAllConnections(), DRAIN_MS);
