@@ -513,15 +513,8 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     await answerGoesToInbox(task, held.qid);
   });
 
-  // BUG (src/server/server.ts close(), with src/runtime/activity.ts): stopping.abort() makes the
-  // waiting ask_user handler throw gateway_unavailable, and close() awaits
-  // activity.drained() before mcp.closeAll(). But activity.end() runs in invokePrimitive's
-  // finally, before the SDK has written the tool result to the transport, so drained()
-  // resolves and closeAll() closes the transports first: the result is lost and the client's
-  // call hangs until its own request timeout (60 s by default). SPEC §2.1: in-flight requests
-  // are finished or failed on shutdown. Expected: the call ends promptly with gateway_unavailable
-  // (details.pending = true). (Verified: yielding once with setImmediate after drained() makes
-  // this pass; a sturdier fix waits for the response to be sent.)
+  // SPEC §2.1: in-flight requests are finished or failed on shutdown; a blocked ask_user ends
+  // promptly with gateway_unavailable (its question stays pending).
   it('fails an in-flight ask_user promptly with gateway_unavailable when the server stops', async () => {
     const task = await createTask(ts);
     const root = await connect(task.token);

@@ -205,12 +205,8 @@ describe('watchdog', () => {
     expect(nudge.nudge_count).toBe(1);
   });
 
-  // BUG (src/runtime/watchdog.ts, pass B, `if (agent.launch) continue;`): an agent spawned by
-  // spawn_agent keeps its queued `launch` forever (nothing clears it once the agent runs), so a
-  // sub-leader is never nudged, even one that demonstrably runs: it called declare_plan and
-  // spawn_agent itself over MCP, which is how it came to have children. SPEC §4: "an agent
-  // with children, or the root, idle past the idle-nudge time ... is nudged". This test asserts
-  // the SPEC's behaviour and fails until pass B treats an agent that has acted as started.
+  // SPEC §4: an agent with children that has run (here it declared a plan and spawned over
+  // MCP itself) is nudged when idle, even though its launch is still queued for a spawner.
   it('pass B: a sub-leader that ran (declared a plan and spawned a child itself) is nudged when idle', async () => {
     const { root, rootId, taskId } = await newRoot();
     await ok(root.call('declare_plan', { tasks: [t('lead', 'leader')] }));

@@ -199,7 +199,7 @@ export const EVENT_FIELDS = {
     prompt: z.string(),
     questions: z.array(questionSchema),
     context: z.string().nullable(),
-    origin: z.enum(['ask_user', 'root_review', 'root_termination', 'review_escalation', 'liveness_escalation']),
+    origin: z.enum(['ask_user', 'root_review', 'root_termination', 'review_escalation', 'liveness_escalation', 'agent_failure']),
     /** For the server's questions: the agent the question is about. */
     subject_agent_id: nullableId,
   }),

@@ -29,7 +29,7 @@ export const readInbox = definePrimitive({
   annotations: { readOnlyHint: false, openWorldHint: false },
   async handler({ peek, wait_s }, { services, caller, signal }) {
     const { inboxes } = services;
-    if (caller.inbox.size === 0 && wait_s > 0) await inboxes.wait(caller.agent_id, wait_s * 1000, signal);
+    if (wait_s > 0 && inboxes.peek(caller).length === 0) await inboxes.wait(caller.agent_id, wait_s * 1000, signal);
     return { messages: peek ? inboxes.peek(caller) : await inboxes.take(caller, 'read_inbox') };
   },
 });

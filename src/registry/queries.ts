@@ -8,6 +8,7 @@ export function agentStatus(agent: AgentRecord): AgentStatus {
   if (agent.review) return 'review_pending';
   if (agent.termination_request) return 'termination_requested';
   if (agent.running || !agent.launch) return 'active';
+  if (agent.parked) return 'stopped';
   if (agent.spawner_id) return 'launching';
   // Queued: never started yet, or started before and now waiting for a spawner to resume it.
   return agent.started ? 'waiting_for_spawner' : 'pending_launch';

@@ -101,6 +101,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         session_id: null,
         started: false,
         running: false,
+        parked: false,
         cost_base: 0,
         active_plan_id: null,
         plan_id: e.plan_id,
@@ -340,6 +341,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       agent.session_id = e.session_id ?? agent.session_id;
       agent.spawner_id = e.spawner_id;
       agent.running = true;
+      agent.parked = false;
       touch(agent, e.ts);
       return;
     }
@@ -347,9 +349,13 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       const agent = state.agents.get(e.agent_id);
       if (!agent) return;
       agent.running = false;
-      // An agent that ended for good (terminated or escalated) needs no launch any more.
-      if (e.terminated || e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') {
+      // Terminated: no launch any more. Escalated: parked until someone messages it. Any
+      // other end is the spawner's to resume (it keeps the agent).
+      if (e.terminated) {
         agent.launch = null;
+        agent.spawner_id = null;
+      } else if (e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') {
+        agent.parked = true;
         agent.spawner_id = null;
       }
       return;

@@ -66,6 +66,7 @@ export type AgentStatus =
   | 'pending_launch'
   | 'launching'
   | 'waiting_for_spawner'
+  | 'stopped'
   | 'active'
   | 'review_pending'
   | 'termination_requested'
@@ -111,6 +112,8 @@ export interface AgentRecord {
   started: boolean;
   /** Whether its process is running now (between agent_started and agent_completed / spawner.lost). */
   running: boolean;
+  /** The spawner gave up on it (strikes exhausted): relaunched only when a message arrives. */
+  parked: boolean;
   /** Cost of the agent's earlier sessions; run.cost reports a session's cumulative total. */
   cost_base: number;
   /** The plan this agent declared and is running, if any. */
@@ -169,7 +172,7 @@ export interface PlanRecord {
   removed_at: number | null;
 }
 
-export type QuestionOrigin = 'ask_user' | 'root_review' | 'root_termination' | 'review_escalation' | 'liveness_escalation';
+export type QuestionOrigin = 'ask_user' | 'root_review' | 'root_termination' | 'review_escalation' | 'liveness_escalation' | 'agent_failure';
 
 export interface QuestionItem {
   question: string;

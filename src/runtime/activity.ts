@@ -6,13 +6,10 @@
 export class Activity {
   private readonly inFlight = new Map<string, number>();
   private readonly lastCall = new Map<string, number>();
-  private total = 0;
-  private drainWaiters: Array<() => void> = [];
 
   begin(agentId: string, now: number): void {
     this.inFlight.set(agentId, (this.inFlight.get(agentId) ?? 0) + 1);
     this.lastCall.set(agentId, now);
-    this.total++;
   }
 
   end(agentId: string, now: number): void {
@@ -20,20 +17,6 @@ export class Activity {
     if (n <= 0) this.inFlight.delete(agentId);
     else this.inFlight.set(agentId, n);
     this.lastCall.set(agentId, now);
-    this.total = Math.max(0, this.total - 1);
-    if (this.total === 0) for (const resolve of this.drainWaiters.splice(0)) resolve();
-  }
-
-  /** Resolves when no tool call is in flight, or after `timeoutMs` (on shutdown). */
-  drained(timeoutMs: number): Promise<void> {
-    if (this.total === 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      const timer = setTimeout(resolve, timeoutMs);
-      this.drainWaiters.push(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
   }
 
   busy(agentId: string): boolean {

@@ -162,8 +162,9 @@ export function terminationDrafts(state: RegistryState, callerId: string, target
         reason: agent === target ? reason : 'cascade',
       });
     }
-    // No spawner runs agents yet, so every sentinel is consumed at once.
-    drafts.push({ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agent.agent_id, via: 'server' });
+    // A spawner ends its agent's process and then acknowledges; an agent no spawner holds
+    // consumes its sentinel at once (its token stops working).
+    if (!agent.spawner_id) drafts.push({ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agent.agent_id, via: 'server' });
   }
   const task = state.tasks.get(target.task_id);
   if (task && task.root_agent_id === target.agent_id && task.status === 'running') {

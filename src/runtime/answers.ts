@@ -29,7 +29,9 @@ function validateOne(q: QuestionItem, a: AnswerInput, i: number): Answer {
   const fail = (field: string, message: string) =>
     new PrimitiveError('invalid_input', `answers[${i}].${field}: ${message}`, { field: `answers[${i}].${field}`, index: i });
   const text = typeof a.text === 'string' && a.text.trim().length > 0 ? a.text : null;
-  const labels = [...new Set(a.selected_labels)];
+  const chosen = [...new Set(a.selected_labels)];
+  // "Other" is the typed-answer path: stored like the seed's, as no label plus the text.
+  const labels = chosen.filter((l) => l !== OTHER);
   if (q.options.length === 0) {
     if (labels.length > 0) throw fail('selected_labels', 'this is a free-text question; leave selected_labels empty and put the answer in text');
     if (!text) throw fail('text', 'this is a free-text question; text must not be empty');
@@ -37,19 +39,20 @@ function validateOne(q: QuestionItem, a: AnswerInput, i: number): Answer {
   }
   const byLabel = new Map(q.options.map((o) => [o.label, o]));
   for (const label of labels) {
-    if (!byLabel.has(label) && label !== OTHER) {
+    if (!byLabel.has(label)) {
       throw fail('selected_labels', `"${label}" is not an option (options: ${q.options.map((o) => o.label).join(', ')})`);
     }
   }
   if (!q.multiSelect && labels.length > 1) throw fail('selected_labels', 'this is a single-select question; choose one option');
   if (labels.length === 0 && !text) throw fail('selected_labels', 'choose an option, or leave it empty and type your own answer in text');
-  if ((labels.includes(OTHER) || labels.length === 0) && !text) throw fail('text', `"${OTHER}" needs the typed answer in text`);
+  if (chosen.includes(OTHER) && labels.length > 0 && !q.multiSelect) throw fail('selected_labels', `choose one option, or "${OTHER}" with your text`);
+  if ((chosen.includes(OTHER) || labels.length === 0) && !text) throw fail('text', `"${OTHER}" needs the typed answer in text`);
   for (const label of labels) {
     if (byLabel.get(label)?.requires_text && !text) throw fail('text', `the option "${label}" requires a text answer`);
   }
   return {
     selected_labels: labels,
-    selected_values: labels.map((l) => byLabel.get(l)?.value ?? l),
+    selected_values: labels.map((l) => byLabel.get(l)!.value ?? l),
     text,
   };
 }
@@ -65,7 +68,7 @@ export function renderAnswerText(questions: readonly QuestionItem[], answers: re
 }
 
 function renderOne(q: QuestionItem, a: Answer): string {
-  const labels = a.selected_labels.filter((l) => l !== OTHER);
+  const labels = a.selected_labels;
   if (q.options.length === 0) return a.text ?? '';
   if (!q.multiSelect) {
     // "Other" (or no choice) is the typed text; a chosen option that asked for text shows both.

@@ -23,6 +23,8 @@ export type ArrivalListener = (agentId: string, message: InboxMessage) => void;
 export class Inboxes {
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly arrivalListeners = new Set<ArrivalListener>();
+  /** Messages already handed to another delivery path (a spawner) that must not be taken again. */
+  private reserved: (agentId: string, messageId: string) => boolean = () => false;
 
   constructor(private readonly registry: Registry) {
     registry.observe((events) => this.onCommitted(events));
@@ -40,6 +42,15 @@ export class Inboxes {
       }
       for (const listener of this.arrivalListeners) listener(e.to, message);
     }
+  }
+
+  setReservation(isReserved: (agentId: string, messageId: string) => boolean): void {
+    this.reserved = isReserved;
+  }
+
+  /** Messages a reader may take: everything waiting, minus what a spawner is delivering. */
+  private available(agent: AgentRecord): InboxMessage[] {
+    return [...agent.inbox.values()].filter((m) => !this.reserved(agent.agent_id, m.message_id));
   }
 
   /** Wake-up nudges (MCP notifications) subscribe here. */
@@ -70,12 +81,12 @@ export class Inboxes {
   }
 
   peek(agent: AgentRecord): DeliveredMessage[] {
-    return [...agent.inbox.values()].map((m) => this.view(m));
+    return this.available(agent).map((m) => this.view(m));
   }
 
   /** Takes every waiting message, oldest first, marking each delivered (durable on resolve). */
   async take(agent: AgentRecord, via: DeliveryPath): Promise<DeliveredMessage[]> {
-    const messages = [...agent.inbox.values()];
+    const messages = this.available(agent);
     if (messages.length === 0) return [];
     await this.registry.commit(
       messages.map((m) => ({

@@ -279,6 +279,24 @@ export class Questions {
     );
   }
 
+  /** A root whose process the spawner gave up on (crash or contract strikes): the user decides. */
+  async escalateAgentFailure(agent: AgentRecord, what: string): Promise<void> {
+    await this.systemQuestion(
+      agent.task_id,
+      'agent_failure',
+      agent,
+      [
+        {
+          question: `${agent.name} (${agent.agent_id}) stopped: ${what}. The spawner will not restart it on its own. What should happen? Your answer is sent to it as a message (a spawner resumes it when a message arrives).`,
+          header: 'Agent down',
+          multiSelect: false,
+          options: [],
+        },
+      ],
+      null,
+    );
+  }
+
   /** What answering one of the server's own questions does, in the same commit as the answer. */
   private effects(q: QuestionRecord, answers: Answer[], answerText: string): EventDraft[] {
     const values = answers[0]?.selected_values ?? [];
@@ -296,7 +314,7 @@ export class Questions {
         decision: approve ? 'approve' : 'rework',
       };
       if (approve) return [reported, ...terminationDrafts(state, USER, subject, 'root_approved')];
-      return [reported, ...this.userMessage(subject, answerText.replace(/^Root review: /, ''))];
+      return [reported, ...this.userMessage(subject, answers[0]?.text ?? 'Rework requested.')];
     }
     // The watchdog's questions are single free-text ones: pass the user's words on as they are.
     return this.userMessage(subject, answers[0]?.text ?? answerText);

@@ -7,6 +7,7 @@ import type { Clock, IdSource } from '../util/ids.js';
 import type { Activity } from './activity.js';
 import type { Inboxes } from './inbox.js';
 import type { Questions } from './questions.js';
+import type { Spawners } from './spawners.js';
 import { KeyedLock, KeyedMutex } from './locks.js';
 
 /**
@@ -21,6 +22,8 @@ export interface Services {
   inboxes: Inboxes;
   /** Questions and the user gateway. */
   gateway: Questions;
+  /** The spawners connected to this server and the agents they run. */
+  spawners: Spawners;
   /** Tool calls in flight and the last call per agent (runtime only, for the watchdog). */
   activity: Activity;
   /** Aborts when the server stops: blocked calls end. */

@@ -186,6 +186,10 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     res.json({ ok: true });
   });
 
+  api.get('/spawners', admin, (_req, res) => {
+    res.json({ spawners: services.spawners.view() });
+  });
+
   api.post('/spawner-tokens', admin, async (req, res) => {
     parseOr400(emptyBody, req.body);
     res.json({ token: await tokens.mintSpawner(ids.next('sp')) });

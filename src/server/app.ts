@@ -1,6 +1,8 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Services } from '../runtime/services.js';
 import { adminApi } from './api.js';
+import { hookApi } from './hook-api.js';
+import { spawnerApi } from './spawner-api.js';
 import type { Authenticator } from './auth.js';
 import { ApiError, sendError, toApiError } from './http-errors.js';
 import type { McpSessions } from './mcp.js';
@@ -20,6 +22,8 @@ export function buildApp(services: Services, auth: Authenticator, mcp: McpSessio
 
   app.use(express.json({ limit: BODY_LIMIT, strict: false }));
   mcp.mount(app, auth);
+  app.use('/api/spawner', spawnerApi(services, auth, stopping));
+  app.use('/api/hook', hookApi(services, auth));
   app.use('/api', adminApi(services, auth, stopping));
 
   app.use((req: Request, res: Response) => {

@@ -42,6 +42,9 @@ export class McpSessions {
   private readonly sessions = new Map<string, McpSession>();
   private readonly byAgent = new Map<string, Set<McpSession>>();
   private readonly byName: ReadonlyMap<string, AnyPrimitive>;
+  /** POSTs whose response is not yet written: shutdown lets them finish first. */
+  private openPosts = 0;
+  private postsDrained: Array<() => void> = [];
   /** Computed once: every session lists the same tools. */
   private readonly toolList;
 
@@ -139,6 +142,7 @@ export class McpSessions {
 
     const streamable = async (req: Request, res: Response) => {
       const agentId = principalAgent(req);
+      if (req.method === 'POST') this.trackPost(res);
       const sessionId = req.header('mcp-session-id');
       if (sessionId) {
         const session = this.sessions.get(sessionId);
@@ -189,6 +193,26 @@ export class McpSessions {
       }
       if (session.agentId !== principalAgent(req)) return forbidden(res);
       await session.transport.handlePostMessage(req, res, req.body);
+    });
+  }
+
+  private trackPost(res: Response): void {
+    this.openPosts++;
+    res.once('close', () => {
+      this.openPosts--;
+      if (this.openPosts === 0) for (const resolve of this.postsDrained.splice(0)) resolve();
+    });
+  }
+
+  /** Resolves when every POST has its response written (or after `timeoutMs`). */
+  drained(timeoutMs: number): Promise<void> {
+    if (this.openPosts === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      this.postsDrained.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
     });
   }
 

@@ -11,6 +11,7 @@ import { Activity } from '../runtime/activity.js';
 import { Inboxes } from '../runtime/inbox.js';
 import { Questions } from '../runtime/questions.js';
 import { Watchdog } from '../runtime/watchdog.js';
+import { Spawners } from '../runtime/spawners.js';
 import { newLocks, type Services } from '../runtime/services.js';
 import { SkillCatalog } from '../skills/loader.js';
 import { randomIds, systemClock, type Clock, type IdSource } from '../util/ids.js';
@@ -73,7 +74,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
 
   const stopping = new AbortController();
   const ids = options.ids ?? randomIds;
-  const services: Services = {
+  const base: Omit<Services, 'spawners'> = {
     config,
     registry,
     skills,
@@ -87,6 +88,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
     logger,
     locks: newLocks(),
   };
+  const services: Services = { ...base, spawners: new Spawners(base) };
   logger.info(
     { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Date.now() - started },
     'registry rebuilt from the event logs',
@@ -113,6 +115,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const url = `http://${host}:${address.port}`;
   const watchdog = new Watchdog(services);
   watchdog.start();
+  services.spawners.start();
 
   let closing: Promise<void> | null = null;
   const close = () =>
@@ -121,15 +124,15 @@ export async function startServer(config: Config, options: StartOptions = {}): P
       // flush the log and the rollups.
       const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
       watchdog.stop();
+      services.spawners.stop();
       stopping.abort();
       services.inboxes.wakeAll();
-      // Blocked calls now end; let their results reach the clients before closing sessions.
-      await services.activity.drained(DRAIN_MS);
+      // Blocked calls now end; let their responses reach the clients before closing
+      // sessions. What is left open after that is idle or a stream: cut it.
+      await mcp.drained(DRAIN_MS);
       await mcp.closeAll();
-      httpServer.closeIdleConnections();
-      const timer = setTimeout(() => httpServer.closeAllConnections(), DRAIN_MS);
+      httpServer.closeAllConnections();
       await closed;
-      clearTimeout(timer);
       await log.close();
       rollups.close();
       logger.info('stopped');

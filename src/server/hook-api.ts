@@ -1,0 +1,85 @@
+import { Router, type Request } from 'express';
+import { z } from 'zod';
+import { childrenPendingReview } from '../registry/queries.js';
+import type { Services } from '../runtime/services.js';
+import type { Authenticator } from './auth.js';
+import { parseOr400 } from './http-errors.js';
+
+/**
+ * What `beidou hook` asks the server (agent tokens): whether a Claude Code tool may run,
+ * and the inbox messages to hand over after a tool call or instead of stopping. This is the
+ * second delivery path of SPEC §3, for Claude Code sessions no spawner runs.
+ */
+
+/** Shadow tools that compete with Beidou primitives, and what to use instead. */
+export const FORBIDDEN_TOOLS: Record<string, string> = {
+  SendMessage: 'use mcp__beidou__send_message: messages go through Beidou inboxes',
+  TodoWrite: 'track work with mcp__beidou__declare_plan and hand it over with mcp__beidou__signal_review',
+};
+
+/** Claude Code tools a leader keeps while a child's review waits on it (SPEC §3). */
+const REVIEW_GATE_TOOLS = new Set(['Read', 'Glob', 'Grep', 'Bash']);
+
+const preToolBody = z.object({ tool_name: z.string().min(1), tool_input: z.unknown().optional() });
+
+export function hookApi(services: Services, auth: Authenticator): Router {
+  const { registry, inboxes } = services;
+  const api = Router();
+  api.use(auth.require('agent'));
+
+  const caller = (req: Request) => {
+    const p = req.principal;
+    if (p?.kind !== 'agent') throw new Error('hook route without an agent principal');
+    return registry.agent(p.agentId)!;
+  };
+
+  api.post('/pre-tool-use', async (req, res) => {
+    const { tool_name, tool_input } = parseOr400(preToolBody, req.body);
+    const agent = caller(req);
+    const base = { task_id: agent.task_id, caller_id: agent.agent_id };
+    const forbidden = FORBIDDEN_TOOLS[tool_name];
+    if (forbidden) {
+      await registry.commit([{ event: 'disallowed_alias.denied', ...base, tool_name }]);
+      return void res.json({ decision: 'deny', reason: `${tool_name} is not available here: ${forbidden}.` });
+    }
+    if (tool_name === 'AskUserQuestion') {
+      const questions = (tool_input as { questions?: unknown } | undefined)?.questions;
+      await registry.commit([{ event: 'ask_user_question.redirected', ...base, questions_count: Array.isArray(questions) ? questions.length : 0 }]);
+      return void res.json({
+        decision: 'deny',
+        reason: 'Ask with mcp__beidou__ask_user instead (same question shape): it goes to your leader first, who answers or escalates it to the user.',
+      });
+    }
+    const pending = childrenPendingReview(registry.state, agent);
+    // Beidou's own tools are gated by the server when called; here only Claude Code's.
+    if (pending.length > 0 && !tool_name.startsWith('mcp__beidou__') && !REVIEW_GATE_TOOLS.has(tool_name)) {
+      await registry.commit([{ event: 'review_gate.denied', ...base, tool_name, pending_child_ids: pending.map((c) => c.agent_id) }]);
+      const names = pending.map((c) => `${c.name} (${c.agent_id})`).join(', ');
+      return void res.json({
+        decision: 'deny',
+        reason: `${names} signalled review and waits on you. Approve with mcp__beidou__terminate_child or send rework with mcp__beidou__send_message first; until then only Read, Glob, Grep, Bash and the review tools are allowed.`,
+      });
+    }
+    res.json({ decision: 'allow' });
+  });
+
+  const handOver = async (req: Request) => {
+    const agent = caller(req);
+    const messages = await inboxes.take(agent, 'hook');
+    const text = messages.map((m) => `[from ${m.from_name} (${m.from})] ${m.content}`).join('\n\n');
+    return { messages, text };
+  };
+
+  api.post('/post-tool-use', async (req, res) => {
+    const { messages, text } = await handOver(req);
+    res.json({ messages, context: messages.length > 0 ? `New messages in your Beidou inbox:\n\n${text}` : null });
+  });
+
+  api.post('/stop', async (req, res) => {
+    const { messages, text } = await handOver(req);
+    if (messages.length === 0) return void res.json({ block: false });
+    res.json({ block: true, messages, reason: `Messages arrived in your Beidou inbox; handle them before stopping:\n\n${text}` });
+  });
+
+  return api;
+}

@@ -1,0 +1,122 @@
+import { Router, type Request } from 'express';
+import { createSession } from 'better-sse';
+import { z } from 'zod';
+import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../events/catalogue.js';
+import { zodToInvalidInput } from '../primitives/invoke.js';
+import { NotYourAgent, type SpawnerCommand } from '../runtime/spawners.js';
+import type { Services } from '../runtime/services.js';
+import type { Authenticator } from './auth.js';
+import { ApiError, fromPrimitiveError, parseOr400 } from './http-errors.js';
+
+/**
+ * The spawner endpoints (spawner tokens only): one SSE stream of commands, and posts for
+ * heartbeats, acknowledgements, starts and drained events. docs/spawner-protocol.md has
+ * the whole protocol.
+ */
+
+const streamQuery = z.object({
+  max_agents: z.coerce.number().int().min(1).max(10_000).default(16),
+  name: z.string().max(200).default(''),
+});
+const ackBody = z.strictObject({
+  type: z.enum(['deliver', 'terminate']),
+  agent_id: z.string().min(1),
+  message_id: z.string().min(1).optional(),
+});
+const startedBody = z.strictObject({ session_id: z.string().min(1).nullable().default(null), resumed: z.boolean().default(false) });
+const eventsBody = z.strictObject({ events: z.array(z.record(z.string(), z.unknown())).min(1).max(1000) });
+
+export function spawnerApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
+  const { spawners, registry } = services;
+  const api = Router();
+  api.use(auth.require('spawner'));
+
+  const spawnerId = (req: Request) => {
+    const p = req.principal;
+    if (p?.kind !== 'spawner') throw new Error('spawner route without a spawner principal');
+    return p.spawnerId;
+  };
+  const mine = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof NotYourAgent) throw new ApiError(409, 'not_your_agent', err.message);
+      throw err;
+    }
+  };
+
+  api.get('/stream', async (req, res) => {
+    const id = spawnerId(req);
+    const { max_agents, name } = parseOr400(streamQuery, req.query);
+    const session = await createSession(req, res, { keepAlive: 10_000, trustClientEventId: false });
+    let seq = 0;
+    const send = (command: SpawnerCommand) => {
+      if (session.isConnected) session.push(command, 'command', String(++seq));
+    };
+    const end = () => res.end();
+    stopping.addEventListener('abort', end, { once: true });
+    session.on('disconnected', () => {
+      stopping.removeEventListener('abort', end);
+      spawners.disconnect(id, send);
+    });
+    spawners.connect(id, name || id, max_agents, send, end);
+  });
+
+  api.post('/heartbeat', (req, res) => {
+    spawners.heartbeat(spawnerId(req));
+    res.json({ ok: true });
+  });
+
+  api.post('/ack', async (req, res) => {
+    const body = parseOr400(ackBody, req.body);
+    const id = spawnerId(req);
+    await mine(async () => {
+      if (body.type === 'deliver') {
+        if (!body.message_id) throw new ApiError(400, 'invalid_input', 'message_id: required for a delivery ack');
+        await spawners.acknowledgeDelivery(id, body.agent_id, body.message_id);
+      } else {
+        await spawners.acknowledgeTermination(id, body.agent_id);
+      }
+    });
+    res.json({ ok: true });
+  });
+
+  api.post('/agents/:id/started', async (req, res) => {
+    const body = parseOr400(startedBody, req.body);
+    await mine(() => spawners.started(spawnerId(req), String(req.params.id), body.session_id, body.resumed));
+    res.json({ ok: true });
+  });
+
+  api.post('/agents/:id/events', async (req, res) => {
+    const agentId = String(req.params.id);
+    const { events } = parseOr400(eventsBody, req.body);
+    const agent = registry.agent(agentId);
+    if (!agent) throw new ApiError(404, 'unknown_agent', `no agent ${agentId}`);
+    // Validate all first: a batch is taken whole or not at all.
+    const drafts = events.map((raw, i) => {
+      const name = raw.event;
+      if (typeof name !== 'string' || !(SPAWNER_EVENTS as readonly string[]).includes(name)) {
+        throw new ApiError(400, 'invalid_input', `events[${i}].event: must be one of ${SPAWNER_EVENTS.join(', ')}`, { field: `events[${i}].event` });
+      }
+      const schema = EVENT_FIELDS[name as (typeof SPAWNER_EVENTS)[number]];
+      // Identity comes from the route (the agent this spawner runs), never from the payload;
+      // a spawner's forced termination is always the grace backstop's.
+      const identity =
+        name === 'terminate.forced'
+          ? { agent_id: agentId, caller_id: 'watchdog', reason: 'watchdog_grace', team_id: agent.team_id }
+          : 'agent_id' in schema.shape
+            ? { agent_id: agentId }
+            : { caller_id: agentId };
+      const parsed = schema.safeParse({ ...raw, ...identity });
+      if (!parsed.success) {
+        const err = fromPrimitiveError(zodToInvalidInput(parsed.error));
+        throw new ApiError(400, 'invalid_input', `events[${i}] (${name}) ${err.message}`, { field: `events[${i}].${String(err.details?.field ?? '')}` });
+      }
+      return { event: name, task_id: agent.task_id, ...parsed.data } as EventDraft;
+    });
+    await mine(() => spawners.report(spawnerId(req), agentId, drafts));
+    res.json({ ok: true, accepted: drafts.length });
+  });
+
+  return api;
+}
