@@ -74,6 +74,28 @@ clientOptions(
 ).action(answer);
 
 program
+  .command('spawner')
+  .description('launch and supervise agent processes for a server')
+  .option('--server <url>', 'the server base URL (BEIDOU_SERVER, default http://127.0.0.1:7777)')
+  .option('--token <token>', 'a spawner token (BEIDOU_SPAWNER_TOKEN; default: mint one with the admin token of --home)')
+  .option('--home <dir>', 'where admin.token is, to mint a token (BEIDOU_HOME, default ~/.beidou)')
+  .option('--adapter <name>', 'claude or command', 'claude')
+  .option('--command <cmd>', 'the command line the command adapter runs for each agent')
+  .option('--max-agents <n>', 'agents this spawner runs at most', '16')
+  .option('--workdir <dir>', 'run agents in DIR/<task_id>/<agent_id> instead of their workspace paths')
+  .option('--name <name>', 'a display name for this spawner')
+  .option('--permission-mode <mode>', 'Claude Code permission mode for agents', 'bypassPermissions')
+  .option('--sandbox', 'set IS_SANDBOX=1 for Claude Code (needed for bypassPermissions as root)')
+  .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
+  .action(async (opts) => (await import('./spawner.js')).spawner(opts));
+
+program
+  .command('hook')
+  .description('a Claude Code hook command: pre-tool-use, post-tool-use or stop (reads the hook JSON on stdin)')
+  .argument('<event>', 'pre-tool-use | post-tool-use | stop')
+  .action(async (event: string) => (await import('./hook.js')).hook(event));
+
+program
   .command('stats')
   .description('rollup maintenance')
   .command('rebuild')

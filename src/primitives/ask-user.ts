@@ -28,7 +28,7 @@ export const askUser = definePrimitive({
   allowedDuringReview: true,
   async handler({ questions, context }, { services, caller, signal, progress }) {
     const { gateway, config, stopping } = services;
-    const question = await gateway.ask(caller, questions, context ?? null);
+    const { question, answered: answer } = await gateway.ask(caller, questions, context ?? null, AbortSignal.any([signal, stopping]));
     const qid = question.qid;
     const where = () => {
       const holder = gateway.get(qid)?.chain.at(-1);
@@ -39,7 +39,7 @@ export const askUser = definePrimitive({
     const ticker = setInterval(tell, config.progressS * 1000);
     let answered;
     try {
-      answered = await gateway.wait(qid, AbortSignal.any([signal, stopping]));
+      answered = await answer;
     } finally {
       clearInterval(ticker);
     }

@@ -14,6 +14,7 @@ export type CommitObserver = (events: readonly StoredEvent[]) => void;
 export class Registry {
   readonly state: RegistryState = emptyState();
   private readonly observers = new Set<CommitObserver>();
+  private readonly durableObservers = new Set<CommitObserver>();
 
   constructor(readonly log: EventLog) {}
 
@@ -28,7 +29,17 @@ export class Registry {
     for (const event of events) reduce(this.state, event);
     for (const observer of this.observers) observer(events);
     await durable;
+    for (const observer of this.durableObservers) observer(events);
     return events;
+  }
+
+  /**
+   * Observers of durable events: whatever leaves the process because of an event (a
+   * delivery to a spawner, a terminate command) must wait until the event is on disk.
+   */
+  observeDurable(observer: CommitObserver): () => void {
+    this.durableObservers.add(observer);
+    return () => this.durableObservers.delete(observer);
   }
 
   /** In-process observers see events as they are applied (before they are durable). */

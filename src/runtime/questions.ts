@@ -50,9 +50,19 @@ export class Questions {
     return q.chain.at(-1)!;
   }
 
-  /** An agent's question: to its leader's inbox, or to the gateway when its leader is the user. */
-  async ask(asker: AgentRecord, questions: QuestionItem[], context: string | null): Promise<QuestionRecord> {
+  /**
+   * An agent's question: to its leader's inbox, or to the gateway when its leader is the
+   * user. The asker's waiter is in place before anyone can see the question, so a fast
+   * answer reaches the call rather than the inbox.
+   */
+  async ask(
+    asker: AgentRecord,
+    questions: QuestionItem[],
+    context: string | null,
+    signal: AbortSignal,
+  ): Promise<{ question: QuestionRecord; answered: Promise<QuestionRecord | undefined> }> {
     const qid = this.ids.next('q');
+    const answered = this.wait(qid, signal);
     const holder = asker.leader_id === USER ? null : asker.leader_id;
     const drafts: EventDraft[] = [
       {
@@ -70,7 +80,7 @@ export class Questions {
     ];
     if (holder) drafts.push(this.inboxQuestion(asker.task_id, qid, holder, asker, questions, context, asker.agent_id));
     await this.registry.commit(drafts);
-    return this.get(qid)!;
+    return { question: this.get(qid)!, answered };
   }
 
   private inboxQuestion(
@@ -183,7 +193,7 @@ export class Questions {
   }
 
   /** Waits for the question to be answered or declined; resolves undefined if the signal aborts first. */
-  wait(qid: string, signal: AbortSignal): Promise<QuestionRecord | undefined> {
+  private wait(qid: string, signal: AbortSignal): Promise<QuestionRecord | undefined> {
     const q = this.get(qid);
     if (q && q.status !== 'pending') return Promise.resolve(q);
     return new Promise((resolve) => {

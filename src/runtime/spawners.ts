@@ -70,7 +70,7 @@ export class Spawners {
   private rescheduling = false;
 
   constructor(private readonly services: Omit<Services, 'spawners'>) {
-    services.registry.observe((events) => this.onCommitted(events));
+    services.registry.observeDurable((events) => this.onCommitted(events));
     services.inboxes.setReservation((agentId, messageId) => this.reserved.get(agentId)?.has(messageId) ?? false);
   }
 

@@ -1,0 +1,68 @@
+import type { EventDraft } from '../events/catalogue.js';
+import type { SpawnerCommand } from '../runtime/spawners.js';
+
+export type LaunchCommand = Extract<SpawnerCommand, { type: 'launch' }>;
+
+/** A drained event as a spawner posts it: the server fills in the agent's identity. */
+export type DrainedEvent = Omit<EventDraft, 'task_id' | 'caller_id' | 'agent_id'> & Record<string, unknown>;
+
+export interface StartSpec {
+  launch: LaunchCommand;
+  /** The server's base URL (`http://HOST:PORT`) and its MCP endpoint (`…/mcp`). */
+  serverUrl: string;
+  mcpUrl: string;
+  cwd: string;
+  /** Continue `sessionId` (a resume) rather than start afresh. */
+  resume: boolean;
+  sessionId: string;
+  /** A turn to send first on a resume (the contract-violation nudge). */
+  nudge: string | null;
+}
+
+export interface AgentProcess {
+  readonly pid: number | undefined;
+  /** Writes one inbox message into the agent as its next user turn. */
+  deliver(message: { message_id: string; from: string; from_name: string; kind: string; content: string }): void;
+  /** Asks the agent to end (closes its input); the supervisor kills it after the grace time. */
+  end(): void;
+  kill(): void;
+  /** Settles when the process exits: `code` null means it was killed by `signal`. */
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** The last lines it wrote to stderr (at most 200). */
+  stderrTail(): string;
+}
+
+export interface AdapterHooks {
+  /** An event drained from the agent's output. */
+  onEvent(event: DrainedEvent): void;
+  /** The agent's session id became known (Claude Code reports its own). */
+  onSession(sessionId: string): void;
+  /** A turn ended cleanly: crash strikes reset. */
+  onCleanTurn(): void;
+}
+
+export interface Adapter {
+  readonly name: string;
+  start(spec: StartSpec, hooks: AdapterHooks): AgentProcess;
+}
+
+/** A bounded ring of the last stderr lines, for crash reports. */
+export class LineRing {
+  private readonly lines: string[] = [];
+  private partial = '';
+
+  constructor(private readonly size = 200) {}
+
+  push(chunk: string): void {
+    const parts = (this.partial + chunk).split('\n');
+    this.partial = parts.pop() ?? '';
+    for (const line of parts) {
+      this.lines.push(line);
+      if (this.lines.length > this.size) this.lines.shift();
+    }
+  }
+
+  text(): string {
+    return [...this.lines, ...(this.partial ? [this.partial] : [])].slice(-this.size).join('\n');
+  }
+}

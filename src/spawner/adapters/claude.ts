@@ -1,0 +1,134 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
+import { LineRing } from '../adapter.js';
+import { StreamJsonDrain } from '../drain.js';
+
+/** Tools that compete with Beidou primitives, removed at launch (the hook is the second layer). */
+export const DISALLOWED_TOOLS = ['SendMessage', 'TodoWrite', 'AskUserQuestion'];
+
+/** Long enough that a blocked ask_user is never cut by Claude Code (progress keeps it alive too). */
+const MCP_TOOL_TIMEOUT_MS = String(24 * 3600 * 1000);
+
+const CLI_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'cli', 'main.js');
+
+export interface ClaudeAdapterOptions {
+  bin: string;
+  permissionMode: string;
+  /** Sets IS_SANDBOX=1: Claude Code refuses bypassPermissions as root without it. */
+  sandbox: boolean;
+  logger: Logger;
+}
+
+/** The files a Claude Code agent runs with: its MCP config and its settings (hooks). */
+export function writeAgentFiles(dir: string, spec: StartSpec): { mcpConfig: string; settings: string } {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const mcpConfig = path.join(dir, 'mcp.json');
+  const settings = path.join(dir, 'settings.json');
+  writeFileSync(
+    mcpConfig,
+    JSON.stringify({ mcpServers: { beidou: { type: 'http', url: spec.mcpUrl, headers: { Authorization: `Bearer ${spec.launch.token}` } } } }, null, 2),
+    { mode: 0o600 },
+  );
+  const entry = (event: string, matcher?: string) => ({
+    ...(matcher ? { matcher } : {}),
+    hooks: [{ type: 'command', command: `"${process.execPath}" "${CLI_MAIN}" hook ${event}` }],
+  });
+  const hooks = { PreToolUse: [entry('pre-tool-use', '*')], PostToolUse: [entry('post-tool-use', '*')], Stop: [entry('stop')] };
+  writeFileSync(settings, JSON.stringify({ hooks }, null, 2), { mode: 0o600 });
+  return { mcpConfig, settings };
+}
+
+export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings: string }, permissionMode: string): string[] {
+  const args = [
+    '-p',
+    '--input-format',
+    'stream-json',
+    '--output-format',
+    'stream-json',
+    '--verbose',
+    '--mcp-config',
+    files.mcpConfig,
+    '--strict-mcp-config',
+    '--settings',
+    files.settings,
+    '--append-system-prompt',
+    spec.launch.prompt,
+    '--disallowedTools',
+    ...DISALLOWED_TOOLS,
+    '--permission-mode',
+    permissionMode,
+  ];
+  if (spec.launch.model) args.push('--model', spec.launch.model);
+  if (spec.resume) args.push('--resume', spec.sessionId);
+  return args;
+}
+
+const userTurn = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } }) + '\n';
+
+/**
+ * The `claude` adapter (SPEC §6): Claude Code headless in streaming mode. The first user
+ * turn is the task (or, on a resume, the nudge if any); each inbox message is the next user
+ * turn; stdout is drained into events.
+ */
+export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
+  return {
+    name: 'claude',
+    start(spec: StartSpec, hooks: AdapterHooks): AgentProcess {
+      const files = writeAgentFiles(path.join(os.tmpdir(), 'beidou-claude', spec.launch.agent_id), spec);
+      const child = spawn(opts.bin, claudeArgs(spec, files, opts.permissionMode), {
+        cwd: spec.cwd,
+        stdio: ['pipe', 'pipe', 'pipe'],
+        env: {
+          ...process.env,
+          // Claude Code's own agent teams compete with Beidou's.
+          CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS: '',
+          MCP_TOOL_TIMEOUT: MCP_TOOL_TIMEOUT_MS,
+          MCP_TIMEOUT: '60000',
+          // For `beidou hook`, which runs as this agent.
+          BEIDOU_URL: spec.mcpUrl,
+          BEIDOU_SERVER: spec.serverUrl,
+          BEIDOU_TOKEN: spec.launch.token,
+          BEIDOU_AGENT_ID: spec.launch.agent_id,
+          ...(opts.sandbox ? { IS_SANDBOX: '1' } : {}),
+        },
+      });
+      const stderr = new LineRing();
+      child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
+      const drain = new StreamJsonDrain();
+      createInterface({ input: child.stdout }).on('line', (line) => {
+        const out = drain.line(line);
+        if (out.sessionId) hooks.onSession(out.sessionId);
+        for (const event of out.events) hooks.onEvent(event);
+        if (out.turnEnded?.clean) hooks.onCleanTurn();
+      });
+      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+        child.once('close', (code, signal) => resolve({ code, signal }));
+        child.once('error', (err) => {
+          stderr.push(`${err.message}\n`);
+          resolve({ code: 127, signal: null });
+        });
+      });
+      child.stdin.on('error', () => undefined);
+      const write = (text: string) => {
+        if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(userTurn(text));
+      };
+      if (!spec.resume) write(spec.launch.first_message);
+      else if (spec.nudge) write(spec.nudge);
+      opts.logger.debug({ agent: spec.launch.agent_id, pid: child.pid }, 'claude started');
+      return {
+        pid: child.pid,
+        deliver: (message) => write(message.content),
+        end: () => child.stdin.end(),
+        kill: () => child.kill('SIGKILL'),
+        exited,
+        stderrTail: () => stderr.text(),
+      };
+    },
+  };
+}

@@ -1,0 +1,157 @@
+import type { DrainedEvent } from './adapter.js';
+
+/**
+ * The stream-json drain: turns Claude Code's `--output-format stream-json` lines into
+ * Beidou events (observability.md). Usage counts once per message id (fragments of one
+ * assistant message share it); tool calls pair with their results by `tool_use_id`, with
+ * the time between them; an error result's text is cut at 2,000 characters.
+ */
+
+export const ERROR_REASON_LIMIT = 2000;
+
+interface ContentBlock {
+  type: string;
+  text?: string;
+  id?: string;
+  name?: string;
+  input?: unknown;
+  tool_use_id?: string;
+  content?: unknown;
+  is_error?: boolean;
+}
+
+interface StreamLine {
+  type?: string;
+  subtype?: string;
+  session_id?: string;
+  message?: {
+    id?: string;
+    model?: string;
+    stop_reason?: string | null;
+    content?: ContentBlock[] | string;
+    usage?: Record<string, number>;
+  };
+  total_cost_usd?: number;
+  duration_ms?: number;
+  duration_api_ms?: number;
+  num_turns?: number;
+  usage?: Record<string, unknown>;
+  modelUsage?: Record<string, unknown>;
+  model_usage?: Record<string, unknown>;
+  is_error?: boolean;
+}
+
+export interface DrainOutput {
+  events: DrainedEvent[];
+  sessionId?: string;
+  /** A `result` line: the turn is over. `clean` unless the result is an error. */
+  turnEnded?: { clean: boolean };
+}
+
+export function truncate(text: string, limit = ERROR_REASON_LIMIT): string {
+  return text.length > limit ? `${text.slice(0, limit)}…(truncated)` : text;
+}
+
+function resultText(content: unknown): string | null {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return null;
+  const texts = content.filter((b): b is { type: 'text'; text: string } => b?.type === 'text' && typeof b.text === 'string').map((b) => b.text);
+  return texts.length > 0 ? texts.join('') : null;
+}
+
+export class StreamJsonDrain {
+  private readonly seenUsage = new Set<string>();
+  private readonly pendingTools = new Map<string, number>();
+
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  /** One line of stdout; non-JSON lines produce nothing. */
+  line(raw: string): DrainOutput {
+    let msg: StreamLine;
+    try {
+      msg = JSON.parse(raw) as StreamLine;
+    } catch {
+      return { events: [] };
+    }
+    switch (msg.type) {
+      case 'system':
+        return msg.subtype === 'init' && msg.session_id ? { events: [], sessionId: msg.session_id } : { events: [] };
+      case 'assistant':
+        return { events: this.assistant(msg) };
+      case 'user':
+        return { events: this.toolResults(msg) };
+      case 'result':
+        return {
+          events: [
+            {
+              event: 'run.cost',
+              total_cost_usd: msg.total_cost_usd ?? 0,
+              duration_ms: msg.duration_ms ?? 0,
+              duration_api_ms: msg.duration_api_ms ?? 0,
+              num_turns: msg.num_turns ?? 0,
+              usage: msg.usage ?? {},
+              model_usage: msg.modelUsage ?? msg.model_usage ?? {},
+            } as DrainedEvent,
+          ],
+          turnEnded: { clean: msg.subtype === 'success' && msg.is_error !== true },
+          ...(msg.session_id ? { sessionId: msg.session_id } : {}),
+        };
+      default:
+        return { events: [] };
+    }
+  }
+
+  private assistant(msg: StreamLine): DrainedEvent[] {
+    const m = msg.message;
+    if (!m) return [];
+    const messageId = m.id ?? '';
+    const blocks = Array.isArray(m.content) ? m.content : [];
+    const out: DrainedEvent[] = [];
+    if (messageId && m.usage && !this.seenUsage.has(messageId)) {
+      this.seenUsage.add(messageId);
+      const u = m.usage;
+      out.push({
+        event: 'turn.usage',
+        message_id: messageId,
+        model: m.model ?? null,
+        stop_reason: m.stop_reason ?? null,
+        input_tokens: u.input_tokens ?? 0,
+        output_tokens: u.output_tokens ?? 0,
+        ...(u.cache_creation_input_tokens !== undefined ? { cache_creation_input_tokens: u.cache_creation_input_tokens } : {}),
+        ...(u.cache_read_input_tokens !== undefined ? { cache_read_input_tokens: u.cache_read_input_tokens } : {}),
+      } as DrainedEvent);
+    }
+    const text = blocks
+      .filter((b) => b.type === 'text' && typeof b.text === 'string')
+      .map((b) => b.text)
+      .join('');
+    if (text.length > 0) out.push({ event: 'assistant_text', message_id: messageId, text, stop_reason: m.stop_reason ?? null } as DrainedEvent);
+    for (const b of blocks) {
+      if (b.type !== 'tool_use' || !b.id) continue;
+      this.pendingTools.set(b.id, this.now());
+      out.push({ event: 'tool_called', message_id: messageId || null, tool_use_id: b.id, name: b.name ?? '', input: b.input ?? null } as DrainedEvent);
+    }
+    return out;
+  }
+
+  private toolResults(msg: StreamLine): DrainedEvent[] {
+    const blocks = Array.isArray(msg.message?.content) ? msg.message.content : [];
+    const out: DrainedEvent[] = [];
+    for (const b of blocks) {
+      if (b.type !== 'tool_result' || !b.tool_use_id) continue;
+      const started = this.pendingTools.get(b.tool_use_id);
+      if (started === undefined) continue; // a result without its call: not ours to pair
+      this.pendingTools.delete(b.tool_use_id);
+      const isError = b.is_error === true;
+      const text = isError ? resultText(b.content) : null;
+      out.push({
+        event: 'tool_result',
+        tool_use_id: b.tool_use_id,
+        duration_ms: Math.max(0, Math.round(this.now() - started)),
+        is_error: isError,
+        error_reason: text === null ? null : truncate(text),
+      } as DrainedEvent);
+    }
+    return out;
+  }
+}
