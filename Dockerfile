@@ -1,0 +1,37 @@
+# Beidou MCP server. Build: docker build -t beidou .
+# Run:   docker run -p 7777:7777 -v beidou-data:/data beidou
+# The admin token is generated into the volume on first start: /data/admin.token.
+
+# ---- build: compile TypeScript and better-sqlite3's native module ----
+FROM node:20-slim AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 make g++ \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY package.json package-lock.json ./
+# npm ci when the lockfile satisfies this npm; npm install (still guided by it) otherwise.
+RUN npm ci --no-audit --no-fund || npm install --no-audit --no-fund
+COPY tsconfig.json ./
+COPY src ./src
+RUN npx tsc -b && npm prune --omit=dev --no-audit --no-fund
+
+# ---- runtime: production dependencies, the compiled code, skills and schemas ----
+FROM node:20-slim
+ENV NODE_ENV=production \
+    BEIDOU_HOST=0.0.0.0 \
+    BEIDOU_HOME=/data
+WORKDIR /app
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY skills ./skills
+COPY schemas ./schemas
+# The image's unprivileged "node" user owns the data volume.
+RUN mkdir -p /data && chown node:node /data
+USER node
+VOLUME /data
+EXPOSE 7777
+# node:20-slim has no curl: probe the unauthenticated health route with Node's fetch.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.BEIDOU_PORT || 7777) + '/api/health').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+CMD ["node", "dist/cli/main.js", "serve"]
