@@ -26,15 +26,24 @@ const ackBody = z.strictObject({
 const startedBody = z.strictObject({ session_id: z.string().min(1).nullable().default(null), resumed: z.boolean().default(false) });
 const eventsBody = z.strictObject({ events: z.array(z.record(z.string(), z.unknown())).min(1).max(1000) });
 
+/** The header carrying a spawner process's instance id. */
+export const INSTANCE_HEADER = 'beidou-spawner-instance';
+
 export function spawnerApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
   const { spawners, registry } = services;
   const api = Router();
   api.use(auth.require('spawner'));
 
+  // One spawner token may serve several spawner processes (machines): each names its own
+  // instance, and the pair is the spawner's identity.
   const spawnerId = (req: Request) => {
     const p = req.principal;
     if (p?.kind !== 'spawner') throw new Error('spawner route without a spawner principal');
-    return p.spawnerId;
+    const instance = req.header(INSTANCE_HEADER) ?? '';
+    if (!/^[A-Za-z0-9._:-]{1,100}$/.test(instance)) {
+      throw new ApiError(400, 'invalid_input', `${INSTANCE_HEADER}: must name this spawner instance ([A-Za-z0-9._:-], at most 100)`);
+    }
+    return `${p.spawnerId}.${instance}`;
   };
   const mine = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {

@@ -40,6 +40,8 @@ export class Spawner {
   private heartbeat: NodeJS.Timeout | null = null;
   private readonly stopping = new AbortController();
   private commands: Promise<void> = Promise.resolve();
+  /** This process's instance id: with the token's subject, the spawner's identity. */
+  readonly instance = `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 60)}-${process.pid}-${randomUUID().slice(0, 8)}`;
   /** Resolves each time the server's hello arrives (tests and the demo wait on it). */
   onHello: (() => void) | null = null;
 
@@ -73,7 +75,7 @@ export class Spawner {
   private async stream(): Promise<void> {
     const url = `${this.opts.serverUrl}/api/spawner/stream?max_agents=${this.opts.maxAgents}&name=${encodeURIComponent(this.opts.name)}`;
     const res = await fetch(url, {
-      headers: { authorization: `Bearer ${this.opts.token}`, accept: 'text/event-stream' },
+      headers: { authorization: `Bearer ${this.opts.token}`, accept: 'text/event-stream', 'beidou-spawner-instance': this.instance },
       signal: this.stopping.signal,
     });
     if (!res.ok || !res.body) {
@@ -142,7 +144,7 @@ export class Spawner {
   async post(route: string, body: unknown): Promise<void> {
     const res = await fetch(`${this.opts.serverUrl}/api/spawner${route}`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json' },
+      headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json', 'beidou-spawner-instance': this.instance },
       body: JSON.stringify(body),
     });
     if (!res.ok) throw new Error(`${route}: ${res.status} ${await res.text()}`);

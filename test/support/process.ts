@@ -28,3 +28,24 @@ export function spawnServer(home: string, env: Record<string, string> = {}): Pro
     void exited.then((code) => reject(new Error(`server exited with ${code} before listening: ${stderr}`)));
   });
 }
+
+export const SCRIPTED_AGENT = path.resolve(import.meta.dirname, '../../examples/scripted-agent.mjs');
+
+export interface SpawnerProcess {
+  child: ChildProcess;
+  exited: Promise<number | null>;
+  stderr: () => string;
+}
+
+/** `beidou spawner` with the command adapter running the scripted agent on `scriptFile`. */
+export function spawnSpawner(serverUrl: string, token: string, scriptFile: string, extraArgs: string[] = []): SpawnerProcess {
+  const agentCmd = `"${process.execPath}" "${SCRIPTED_AGENT}"`;
+  const child = spawn(process.execPath, [CLI, 'spawner', '--server', serverUrl, '--token', token, '--adapter', 'command', '--command', agentCmd, ...extraArgs], {
+    env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { child, exited, stderr: () => stderr };
+}
