@@ -20,6 +20,8 @@ import type { Figures, Job } from './clients.js';
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+/** BENCH_ONLY=1,4 runs just those sections. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4').split(','));
 const AGENTS = 50;
 
 /** The floor: same input shape and the same wrapper as send_message, doing nothing. */
@@ -108,8 +110,8 @@ function report(name: string, f: Figures): { rps: number; p50: number; p99: numb
 async function main(): Promise<void> {
   console.log(`beidou bench (node ${process.version}, ${os.cpus().length} cpus)\n`);
 
-  console.log(`1. ${AGENTS} concurrent agents over Streamable HTTP, ${SECONDS} s each`);
-  await withServer(async (server) => {
+  if (ONLY.has('1') || ONLY.has('2')) await withServer(async (server) => {
+    console.log(`1. ${AGENTS} concurrent agents over Streamable HTTP, ${SECONDS} s each`);
     const { ids, tokens } = await team(server, AGENTS);
     const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
     const floor = report('bench_noop (floor)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'bench_noop', seconds: SECONDS }));
@@ -122,8 +124,8 @@ async function main(): Promise<void> {
     console.log(`  send -> delivered          p50 ${fmt(delivery.p50, 2)} ms   p99 ${fmt(delivery.p99, 2)} ms   (floor round trip p50 ${fmt(floor.p50, 2)} ms)   errors ${d.errors}\n`);
   });
 
-  console.log('3. 1,000 agents connected to one server');
-  await withServer(async (server) => {
+  if (ONLY.has('3')) await withServer(async (server) => {
+    console.log('3. 1,000 agents connected to one server');
     const { tokens } = await team(server, 1000);
     const before = process.memoryUsage().rss;
     let connectedAt = 0;
@@ -136,6 +138,7 @@ async function main(): Promise<void> {
     console.log(`  ${f.calls} sessions opened and called list_peers in ${fmt(f.seconds, 2)} s, errors ${f.errors}; server RSS ${fmt(before / 2 ** 20, 0)} -> ${fmt(connectedAt / 2 ** 20, 0)} MiB\n`);
   });
 
+  if (!ONLY.has('4')) return;
   console.log('4. replay of 100,000 events on start');
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-'));
   try {
