@@ -24,11 +24,14 @@ export function agentView(a: AgentRecord) {
     project_workspace_path: a.project_workspace_path,
     created_at: a.created_at,
     terminated_at: a.terminated_at,
+    spawner_id: a.spawner_id,
+    session_id: a.session_id,
+    running: a.running,
     active_plan_id: a.active_plan_id,
     plan_id: a.plan_id,
     review: a.review ? { ...a.review } : null,
     termination_request: a.termination_request ? { ...a.termination_request } : null,
-    launch: a.launch ? { state: 'queued' as const, ...a.launch } : null,
+    launch: a.launch ? { state: a.spawner_id ? ('assigned' as const) : ('queued' as const), ...a.launch } : null,
     stats: { ...a.stats },
   };
 }
