@@ -1,3 +1,4 @@
+import path from 'node:path';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Services } from '../runtime/services.js';
 import { adminApi } from './api.js';
@@ -6,6 +7,7 @@ import { spawnerApi } from './spawner-api.js';
 import type { Authenticator } from './auth.js';
 import { ApiError, sendError, toApiError } from './http-errors.js';
 import type { McpSessions } from './mcp.js';
+import { PACKAGE_ROOT } from '../util/version.js';
 
 const BODY_LIMIT = '4mb';
 
@@ -19,6 +21,10 @@ export function buildApp(services: Services, auth: Authenticator, mcp: McpSessio
   app.get(/^\/\.well-known\/oauth-(authorization-server|protected-resource)(\/.*)?$/, (_req, res) => {
     res.status(404).json({ error: 'not_found', message: 'this server does not use OAuth; send Authorization: Bearer <token>' });
   });
+
+  // The dashboard: one static page reading the admin API (it asks for the token itself).
+  const dashboard = path.join(PACKAGE_ROOT, 'public', 'index.html');
+  app.get(['/', '/dashboard'], (_req, res) => res.sendFile(dashboard));
 
   app.use(express.json({ limit: BODY_LIMIT, strict: false }));
   mcp.mount(app, auth);
