@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { EventDraft } from '../events/catalogue.js';
 import { activePlan } from '../registry/queries.js';
 import { USER } from '../registry/state.js';
+import { toLeaderDraft } from '../runtime/messages.js';
 import { definePrimitive } from './define.js';
 import { PrimitiveError } from './errors.js';
 
@@ -19,7 +20,7 @@ export const requestTermination = definePrimitive({
   outputSchema: z.object({ recorded: z.literal(true), termination_requested: z.literal(true) }),
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async handler({ detail }, { services, caller }) {
-    const { registry, ids } = services;
+    const { registry } = services;
     const plan = activePlan(registry.state, caller);
     if (plan) {
       const unfinished = [...plan.tasks.values()].filter((t) => t.status !== 'done' && t.status !== 'failed');
@@ -33,15 +34,8 @@ export const requestTermination = definePrimitive({
     const text = detail ?? '';
     const drafts: EventDraft[] = [{ event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'termination_requested', detail: text }];
     if (caller.leader_id !== USER) {
-      drafts.push({
-        event: 'inbox.posted',
-        task_id: caller.task_id,
-        to: caller.leader_id,
-        from: caller.agent_id,
-        kind: 'termination_request',
-        content: `[TERMINATION REQUESTED] ${caller.name} reports its work complete and asks to be terminated (terminate_child to accept, send_message to reject).${text ? `\n\n${text}` : ''}`,
-        message_id: ids.next('msg'),
-      });
+      const content = `[TERMINATION REQUESTED] ${caller.name} reports its work complete and asks to be terminated (terminate_child to accept, send_message to reject).${text ? `\n\n${text}` : ''}`;
+      drafts.push(toLeaderDraft(services, caller, 'termination_request', content));
     }
     await registry.commit(drafts);
     if (caller.leader_id === USER) await services.gateway.rootTerminationRequest(caller, text);

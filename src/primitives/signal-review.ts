@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { EventDraft } from '../events/catalogue.js';
 import { USER } from '../registry/state.js';
+import { toLeaderDraft } from '../runtime/messages.js';
 import { definePrimitive } from './define.js';
 import { PrimitiveError } from './errors.js';
 
@@ -23,7 +24,7 @@ export const signalReview = definePrimitive({
   allowedDuringReview: true,
   async handler({ detail }, ctx) {
     const { services, caller } = ctx;
-    const { registry, ids } = services;
+    const { registry } = services;
     if (detail.trim().length === 0) {
       throw new PrimitiveError('envelope_missing', 'detail is empty; write a report starting with [REVIEW REQUIRED]', { reason: 'detail_empty' });
     }
@@ -47,17 +48,7 @@ export const signalReview = definePrimitive({
       { event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'review_pending', detail },
       { event: 'liveness_check', task_id: caller.task_id, agent_id: caller.agent_id, team_id: caller.team_id, all_done: allDone },
     ];
-    if (caller.leader_id !== USER) {
-      drafts.push({
-        event: 'inbox.posted',
-        task_id: caller.task_id,
-        to: caller.leader_id,
-        from: caller.agent_id,
-        kind: 'review_report',
-        content: detail,
-        message_id: ids.next('msg'),
-      });
-    }
+    if (caller.leader_id !== USER) drafts.push(toLeaderDraft(services, caller, 'review_report', detail));
     await registry.commit(drafts);
     if (caller.leader_id === USER) await services.gateway.rootReview(caller, detail);
     return { recorded: true as const, review_pending: true as const };

@@ -1,4 +1,4 @@
-import type { PlanTaskStatus } from './plan-graph.js';
+import type { PlanTaskSpec, PlanTaskStatus } from './plan-graph.js';
 
 /**
  * The registry's state: tasks, agents, teams (plans and questions arrive with their
@@ -149,14 +149,7 @@ export interface TeamRecord {
   via: 'create_team' | 'spawn_agent';
 }
 
-export interface PlanTaskRecord {
-  id: string;
-  role: string;
-  skill: string;
-  task: string;
-  description: string;
-  model: string | null;
-  depends_on: string[];
+export interface PlanTaskRecord extends PlanTaskSpec {
   status: PlanTaskStatus;
   agent_id: string | null;
 }

@@ -41,3 +41,17 @@ export async function postMessage(
   await services.registry.commit(drafts);
   return messageId;
 }
+
+/**
+ * A message the server routes into the caller's leader's inbox on the caller's behalf (a
+ * review report, a termination request): never refused by the cap, since it answers a
+ * primitive the caller was entitled to call.
+ */
+export function toLeaderDraft(
+  services: Pick<Services, 'ids'>,
+  caller: AgentRecord,
+  kind: 'review_report' | 'termination_request',
+  content: string,
+): EventDraft {
+  return { event: 'inbox.posted', task_id: caller.task_id, to: caller.leader_id, from: caller.agent_id, kind, content, message_id: services.ids.next('msg') };
+}

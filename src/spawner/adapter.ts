@@ -1,3 +1,5 @@
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import type { EventDraft } from '../events/catalogue.js';
 import type { SpawnerCommand } from '../runtime/spawners.js';
 
@@ -65,4 +67,36 @@ export class LineRing {
   text(): string {
     return [...this.lines, ...(this.partial ? [this.partial] : [])].slice(-this.size).join('\n');
   }
+}
+
+/**
+ * What every adapter does with its child the same way: stdout read by lines, the stderr
+ * ring, the exit as a promise (a failure to start counts as exit 127), and guarded writes
+ * (a process that exits while we write must not crash the spawner).
+ */
+export function wrapChild(
+  child: ChildProcessWithoutNullStreams,
+  onLine: (line: string) => void,
+): Omit<AgentProcess, 'deliver'> & { writeLine: (line: string) => void } {
+  const stderr = new LineRing();
+  child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
+  createInterface({ input: child.stdout }).on('line', onLine);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.once('close', (code, signal) => resolve({ code, signal }));
+    child.once('error', (err) => {
+      stderr.push(`${err.message}\n`);
+      resolve({ code: 127, signal: null });
+    });
+  });
+  child.stdin.on('error', () => undefined);
+  return {
+    pid: child.pid,
+    writeLine: (line) => {
+      if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(line + '\n');
+    },
+    end: () => child.stdin.end(),
+    kill: () => child.kill('SIGKILL'),
+    exited,
+    stderrTail: () => stderr.text(),
+  };
 }

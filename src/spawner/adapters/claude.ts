@@ -2,11 +2,10 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
-import { LineRing } from '../adapter.js';
+import { wrapChild } from '../adapter.js';
 import { StreamJsonDrain } from '../drain.js';
 
 /** Tools that compete with Beidou primitives, removed at launch (the hook is the second layer). */
@@ -69,7 +68,7 @@ export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings
   return args;
 }
 
-const userTurn = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } }) + '\n';
+const userTurn = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } });
 
 /**
  * The `claude` adapter (SPEC §6): Claude Code headless in streaming mode. The first user
@@ -98,37 +97,18 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
           ...(opts.sandbox ? { IS_SANDBOX: '1' } : {}),
         },
       });
-      const stderr = new LineRing();
-      child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
       const drain = new StreamJsonDrain();
-      createInterface({ input: child.stdout }).on('line', (line) => {
+      const { writeLine, ...proc } = wrapChild(child, (line) => {
         const out = drain.line(line);
         if (out.sessionId) hooks.onSession(out.sessionId);
         for (const event of out.events) hooks.onEvent(event);
         if (out.turnEnded?.clean) hooks.onCleanTurn();
       });
-      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-        child.once('close', (code, signal) => resolve({ code, signal }));
-        child.once('error', (err) => {
-          stderr.push(`${err.message}\n`);
-          resolve({ code: 127, signal: null });
-        });
-      });
-      child.stdin.on('error', () => undefined);
-      const write = (text: string) => {
-        if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(userTurn(text));
-      };
+      const write = (text: string) => writeLine(userTurn(text));
       if (!spec.resume) write(spec.launch.first_message);
       else if (spec.nudge) write(spec.nudge);
       opts.logger.debug({ agent: spec.launch.agent_id, pid: child.pid }, 'claude started');
-      return {
-        pid: child.pid,
-        deliver: (message) => write(message.content),
-        end: () => child.stdin.end(),
-        kill: () => child.kill('SIGKILL'),
-        exited,
-        stderrTail: () => stderr.text(),
-      };
+      return { ...proc, deliver: (message) => write(message.content) };
     },
   };
 }

@@ -1,7 +1,6 @@
 import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import type { Adapter, AdapterHooks, AgentProcess, DrainedEvent, StartSpec } from '../adapter.js';
-import { LineRing } from '../adapter.js';
+import { wrapChild } from '../adapter.js';
 
 /**
  * The `command` adapter (SPEC §6): any command line, through a shell. The agent learns who
@@ -33,36 +32,16 @@ export function commandAdapter(command: string, log: (agentId: string, line: str
           BEIDOU_RESUME: spec.resume ? '1' : '',
         },
       });
-      const stderr = new LineRing();
-      child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
       hooks.onSession(spec.sessionId);
-      createInterface({ input: child.stdout }).on('line', (line) => {
+      const { writeLine, ...proc } = wrapChild(child, (line) => {
         const event = parseEventLine(line);
         if (!event) return log(launch.agent_id, line);
         hooks.onEvent(event);
         hooks.onCleanTurn();
       });
-      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-        child.once('close', (code, signal) => resolve({ code, signal }));
-        child.once('error', (err) => {
-          stderr.push(`${err.message}\n`);
-          resolve({ code: 127, signal: null });
-        });
-      });
-      // A process that exits while we write must not crash the spawner.
-      child.stdin.on('error', () => undefined);
-      const write = (obj: unknown) => {
-        if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(JSON.stringify(obj) + '\n');
-      };
+      const write = (obj: unknown) => writeLine(JSON.stringify(obj));
       if (spec.nudge) write({ message_id: `nudge-${Date.now()}`, from: 'beidou', from_name: 'beidou', kind: 'system', content: spec.nudge });
-      return {
-        pid: child.pid,
-        deliver: (message) => write(message),
-        end: () => child.stdin.end(),
-        kill: () => child.kill('SIGKILL'),
-        exited,
-        stderrTail: () => stderr.text(),
-      };
+      return { ...proc, deliver: (message) => write(message) };
     },
   };
 }
