@@ -15,7 +15,7 @@ COPY tsconfig.json ./
 COPY src ./src
 RUN npx tsc -b && npm prune --omit=dev --no-audit --no-fund
 
-# ---- runtime: production dependencies, the compiled code, skills and schemas ----
+# ---- runtime: production dependencies, the compiled code, skills, schemas, the dashboard ----
 FROM node:20-slim
 ENV NODE_ENV=production \
     BEIDOU_HOST=0.0.0.0 \
@@ -26,6 +26,7 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY skills ./skills
 COPY schemas ./schemas
+COPY public ./public
 # The image's unprivileged "node" user owns the data volume.
 RUN mkdir -p /data && chown node:node /data
 USER node
