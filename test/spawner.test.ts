@@ -70,6 +70,40 @@ describe('spawner', () => {
     expect(byName('task_ended')).toEqual([expect.objectContaining({ status: 'done', reason: 'root_approved' })]);
   });
 
+  it('appends drained events and rolls tokens, cost, tool and LLM calls up into the agents table', async () => {
+    const usage = (id: string, input: number, output: number) => ({ emit: { event: 'turn.usage', message_id: id, model: 'm', stop_reason: 'end_turn', input_tokens: input, output_tokens: output } });
+    const { start, task } = await setup({
+      root: [
+        usage('m1', 100, 10),
+        { emit: { event: 'tool_called', message_id: 'm1', tool_use_id: 't1', name: 'Read', input: { path: 'x' } } },
+        { emit: { event: 'tool_result', tool_use_id: 't1', duration_ms: 12, is_error: false, error_reason: null } },
+        usage('m2', 50, 5),
+        // Posted in order per agent: this refusal is settled before run.cost arrives.
+        { emit: { event: 'no_such_event' } },
+        { emit: { event: 'run.cost', total_cost_usd: 0.25, duration_ms: 900, duration_api_ms: 800, num_turns: 2, usage: {}, model_usage: {} } },
+      ],
+    });
+    start();
+    await waitForEvent(ts!, task.task_id, (e) => e.event === 'run.cost', { what: 'the drained run.cost' });
+    const events = await waitUntil(ts!, task.task_id, (ev) => ev);
+    expect(eventsNamed(events, 'turn.usage').map((e) => [e.caller_id, e.message_id])).toEqual([
+      [task.root_agent_id, 'm1'],
+      [task.root_agent_id, 'm2'],
+    ]);
+    // An unknown event is refused whole and appends nothing.
+    expect(events.some((e) => e.event === ('no_such_event' as string))).toBe(false);
+    const { default: Database } = await import('better-sqlite3');
+    const db = new Database(path.join(ts!.home, 'stats.db'), { readonly: true });
+    try {
+      // Rollups are batched off the hot path; flush the batch rather than wait for its timer.
+      ts!.server.services.rollups.flush();
+      const agent = db.prepare('SELECT * FROM agents WHERE agent_id = ?').get(task.root_agent_id);
+      expect(agent).toMatchObject({ input_tokens: 150, output_tokens: 15, cost_usd: 0.25, tool_calls: 1, llm_calls: 2 });
+    } finally {
+      db.close();
+    }
+  });
+
   it('resumes an agent that exits on its own, and escalates on the third strike', async () => {
     const { start, task } = await setup({ root: [{ exit: 0 }], 'root@resume': [{ exit: 0 }] });
     start();

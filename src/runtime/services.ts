@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
+import type { RollupStore } from '../events/rollups.js';
 import type { TokenService } from '../identity/tokens.js';
 import type { Registry } from '../registry/registry.js';
 import type { SkillCatalog } from '../skills/loader.js';
@@ -17,6 +18,8 @@ import { KeyedLock, KeyedMutex } from './locks.js';
 export interface Services {
   config: Config;
   registry: Registry;
+  /** Rollups (SQLite by default): derived, batched off the hot path. */
+  rollups: RollupStore;
   skills: SkillCatalog;
   tokens: TokenService;
   inboxes: Inboxes;

@@ -77,6 +77,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const base: Omit<Services, 'spawners'> = {
     config,
     registry,
+    rollups,
     skills,
     tokens: new TokenService(secret, config.tokenTtlS, () => clock.now()),
     inboxes: new Inboxes(registry),
