@@ -146,9 +146,11 @@ describe('spawner', () => {
   });
 
   it('kills an agent that ignores termination after the grace time', async () => {
-    const { start, task } = await setup({ root: [{ ignore_terminate: true }] }, { BEIDOU_TERMINATE_GRACE_S: '0.5' });
+    const ready = { emit: { event: 'assistant_text', message_id: 'ready', text: 'ignoring termination now', stop_reason: 'end_turn' } };
+    const { start, task } = await setup({ root: [{ ignore_terminate: true }, ready] }, { BEIDOU_TERMINATE_GRACE_S: '0.5' });
     start();
-    await waitForEvent(ts!, task.task_id, (e) => e.event === 'agent_started', { what: 'the start' });
+    // Terminate only once the agent is past its ignore_terminate step.
+    await waitForEvent(ts!, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'ready', { what: 'the agent ready' });
     expect((await ts!.api('POST', `/tasks/${task.task_id}/terminate`, {})).status).toBe(200);
     const consumed = await waitForEvent(ts!, task.task_id, (e) => e.event === 'terminate.consumed', { what: 'the consumed sentinel', timeoutMs: 15_000 });
     expect(consumed.via).toBe('spawner');

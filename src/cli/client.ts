@@ -37,12 +37,14 @@ export function adminToken(opts: ClientOptions): string {
 /** Calls the admin API; a non-2xx answer becomes a CliError carrying the server's message. */
 export async function api<T>(opts: ClientOptions, method: string, path: string, body?: unknown): Promise<T> {
   const url = `${serverUrl(opts)}/api${path}`;
+  // Read first: a missing token is a configuration error (exit 2), not an unreachable server.
+  const token = adminToken(opts);
   let res: Response;
   try {
     res = await fetch(url, {
       method,
       headers: {
-        authorization: `Bearer ${adminToken(opts)}`,
+        authorization: `Bearer ${token}`,
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
       },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),

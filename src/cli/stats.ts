@@ -1,4 +1,4 @@
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { ConfigError, homePaths, loadConfig } from '../config.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
 import { SqliteRollups } from '../events/rollups.js';
@@ -19,6 +19,7 @@ export async function statsRebuild(opts: { home?: string }): Promise<void> {
     throw err;
   }
   const paths = homePaths(config.home);
+  if (!existsSync(paths.events)) throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
   const registry = new Registry(new JsonlEventLog(paths.events, systemClock));
   await registry.open();
   for (const suffix of ['', '-wal', '-shm']) rmSync(paths.statsDb + suffix, { force: true });

@@ -38,33 +38,29 @@ export async function runDemo(options: { quiet?: boolean; keepHome?: boolean } =
   try {
     const task = await api('POST', '/tasks', { task: 'Write a short report on Polaris, the North Star.', name: 'polaris report' });
     say(`task     ${task.task_id} (root ${task.root_agent_id})\n`);
-    const done = new Promise<void>((resolve) => {
+    // Done when the task has ended and every agent's sentinel is consumed, as the durable
+    // log says (the registry in memory can be a commit ahead of the disk).
+    const spawned = new Set<string>();
+    const consumed = new Set<string>();
+    let ended = false;
+    await new Promise<void>((resolve) => {
       const unsubscribe = server.services.registry.log.subscribe(task.task_id, (events) => {
         for (const e of events) {
           if (!options.quiet) say(`  ${String(e.seq).padStart(3)}  ${e.event}${describe(e)}`);
+          if (e.event === 'agent_spawned') spawned.add(e.agent_id);
+          if (e.event === 'terminate.consumed') consumed.add(e.agent_id);
+          if (e.event === 'task_ended') ended = true;
           if (e.event === 'question_asked' && e.origin === 'root_review') {
             // The user at the gateway approves the root's hand-off.
             void api('POST', `/questions/${e.qid}/answer`, { answers: [{ selected_labels: ['Approve'], text: null }] });
           }
-          if (e.event === 'task_ended') {
-            unsubscribe();
-            resolve();
-          }
+        }
+        if (ended && [...spawned].every((id) => consumed.has(id))) {
+          unsubscribe();
+          resolve();
         }
       });
     });
-    await done;
-    // The cascade's last processes report back; wait until every agent is terminated.
-    for (;;) {
-      const detail = await api('GET', `/tasks/${task.task_id}`);
-      if (detail.agents.every((a: { status: string }) => a.status === 'terminated')) break;
-      await new Promise<void>((resolve) => {
-        const off = server.services.registry.log.subscribe(task.task_id, () => {
-          off();
-          resolve();
-        });
-      });
-    }
     const events = server.services.registry.log.read(task.task_id, 0, 100_000);
     if (!options.quiet) summary(events, await api('GET', `/tasks/${task.task_id}`));
     return { taskId: task.task_id, home, events };

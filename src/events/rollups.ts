@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import type { StoredEvent } from './catalogue.js';
 import { agentStatus } from '../registry/queries.js';
-import type { RegistryState } from '../registry/state.js';
+import { USER, type RegistryState } from '../registry/state.js';
 
 /**
  * Rollups: aggregated rows for dashboards and SQL, never a source of truth. They are derived
@@ -53,10 +53,12 @@ export class SqliteRollups implements RollupStore {
   private readonly tasks = new Set<string>();
   private readonly agents = new Set<string>();
   private readonly teams = new Set<string>();
+  private readonly questions = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
   private readonly upsertTask: Database.Statement;
   private readonly upsertTeam: Database.Statement;
   private readonly upsertAgent: Database.Statement;
+  private readonly upsertQuestion: Database.Statement;
 
   constructor(
     file: string,
@@ -78,6 +80,9 @@ export class SqliteRollups implements RollupStore {
         @status, @created_at, @terminated_at, @input_tokens, @output_tokens, @cost_usd, @tool_calls, @llm_calls,
         @messages_sent, @messages_delivered, @inbox_depth)`,
     );
+    this.upsertQuestion = this.db.prepare(
+      `INSERT OR REPLACE INTO questions VALUES (@qid, @task_id, @asker_agent_id, @holder, @status, @prompt, @created_at, @answered_at)`,
+    );
   }
 
   track(events: readonly StoredEvent[]): void {
@@ -89,6 +94,7 @@ export class SqliteRollups implements RollupStore {
         if (typeof v === 'string') this.agents.add(v);
       }
       if (typeof fields.team_id === 'string') this.teams.add(fields.team_id);
+      if (typeof fields.qid === 'string') this.questions.add(fields.qid);
     }
     if (!this.timer) {
       this.timer = setTimeout(() => this.flush(), BATCH_MS);
@@ -100,6 +106,7 @@ export class SqliteRollups implements RollupStore {
     for (const id of this.state.tasks.keys()) this.tasks.add(id);
     for (const id of this.state.teams.keys()) this.teams.add(id);
     for (const id of this.state.agents.keys()) this.agents.add(id);
+    for (const id of this.state.questions.keys()) this.questions.add(id);
     this.flush();
   }
 
@@ -110,11 +117,13 @@ export class SqliteRollups implements RollupStore {
       for (const id of this.tasks) this.writeTask(id);
       for (const id of this.teams) this.writeTeam(id);
       for (const id of this.agents) this.writeAgent(id);
+      for (const id of this.questions) this.writeQuestion(id);
     });
     write();
     this.tasks.clear();
     this.teams.clear();
     this.agents.clear();
+    this.questions.clear();
   }
 
   private writeTask(id: string): void {
@@ -181,6 +190,22 @@ export class SqliteRollups implements RollupStore {
       messages_sent: a.sent_count,
       messages_delivered: a.delivered_count,
       inbox_depth: a.inbox.size,
+    });
+  }
+
+  private writeQuestion(id: string): void {
+    const q = this.state.questions.get(id);
+    if (!q) return;
+    const holder = q.chain.at(-1)!;
+    this.upsertQuestion.run({
+      qid: q.qid,
+      task_id: q.task_id,
+      asker_agent_id: q.asker,
+      holder: holder === USER ? null : holder,
+      status: q.status,
+      prompt: q.prompt,
+      created_at: q.created_at,
+      answered_at: q.answered_at,
     });
   }
 

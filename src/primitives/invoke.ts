@@ -24,7 +24,7 @@ export function zodToInvalidInput(error: z.ZodError): PrimitiveError {
   const issue = error.issues[0]!;
   if (issue.code === 'unrecognized_keys') {
     const field = fieldPath([...issue.path, issue.keys[0]!]);
-    return invalidInput(field, 'is not a field of this tool', { unknown_fields: issue.keys });
+    return invalidInput(field, 'is not an accepted field', { unknown_fields: issue.keys });
   }
   const field = fieldPath(issue.path) || '(input)';
   return invalidInput(field, issue.message);

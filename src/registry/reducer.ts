@@ -276,6 +276,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         task_id: e.task_id,
         asker: e.asker,
         questions: e.questions,
+        prompt: e.prompt,
         context: e.context,
         origin: e.origin,
         subject_agent_id: e.subject_agent_id,

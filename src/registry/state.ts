@@ -185,6 +185,8 @@ export interface QuestionRecord {
   task_id: string;
   asker: string;
   questions: QuestionItem[];
+  /** A flat summary of the questions (at most 200 characters). */
+  prompt: string;
   context: string | null;
   origin: QuestionOrigin;
   subject_agent_id: string | null;

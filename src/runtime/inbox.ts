@@ -32,7 +32,8 @@ export class Inboxes {
 
   private onCommitted(events: readonly StoredEvent[]): void {
     for (const e of events) {
-      if (e.event !== 'send_message') continue;
+      // Peer and user messages, and what the server routes (reports, questions, answers, pings).
+      if (e.event !== 'send_message' && e.event !== 'inbox.posted') continue;
       const message = this.registry.agent(e.to)?.inbox.get(e.message_id);
       if (!message) continue;
       const set = this.waiters.get(e.to);

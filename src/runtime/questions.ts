@@ -178,7 +178,12 @@ export class Questions {
     if (q.status !== 'pending') throw new PrimitiveError('stale', `question ${qid} was already ${q.status}`, { qid, status: q.status });
     const drafts: EventDraft[] = [{ event: 'question_declined', task_id: q.task_id, qid, asker: q.asker, reason }];
     const asker = this.registry.agent(q.asker);
-    if (asker && !asker.terminate_consumed && !this.waiters.has(qid)) {
+    const subject = q.subject_agent_id ? this.registry.agent(q.subject_agent_id) : undefined;
+    if (q.asker === BEIDOU && subject && !subject.terminate_consumed) {
+      // Declining the server's own question (a root review, an escalation) is sent back as
+      // the user's word, like a rework.
+      drafts.push(...this.userMessage(subject, `The user declined to decide: ${reason}`));
+    } else if (asker && !asker.terminate_consumed && !this.waiters.has(qid)) {
       drafts.push({
         event: 'inbox.posted',
         task_id: q.task_id,
