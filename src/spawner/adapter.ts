@@ -70,7 +70,7 @@ export class LineRing {
 }
 
 /**
- * What every adapter does with its child the same way: stdout read by lines, the stderr
+ * What every adapter does with its child (spawned with `detached: true`) the same way: stdout read by lines, the stderr
  * ring, the exit as a promise (a failure to start counts as exit 127), and guarded writes
  * (a process that exits while we write must not crash the spawner).
  */
@@ -95,7 +95,15 @@ export function wrapChild(
       if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(line + '\n');
     },
     end: () => child.stdin.end(),
-    kill: () => child.kill('SIGKILL'),
+    // The agent runs in its own process group (spawned detached): a shell and whatever the
+    // agent started (Claude Code's tools, a shell's child) die together.
+    kill: () => {
+      try {
+        if (child.pid) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        child.kill('SIGKILL');
+      }
+    },
     exited,
     stderrTail: () => stderr.text(),
   };

@@ -83,6 +83,7 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
       const child = spawn(opts.bin, claudeArgs(spec, files, opts.permissionMode), {
         cwd: spec.cwd,
         stdio: ['pipe', 'pipe', 'pipe'],
+        detached: true,
         env: {
           ...process.env,
           // Claude Code's own agent teams compete with Beidou's.

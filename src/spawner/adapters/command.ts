@@ -17,6 +17,7 @@ export function commandAdapter(command: string, log: (agentId: string, line: str
         shell: true,
         cwd: spec.cwd,
         stdio: ['pipe', 'pipe', 'pipe'],
+        detached: true,
         env: {
           ...process.env,
           BEIDOU_URL: spec.mcpUrl,
