@@ -235,7 +235,7 @@ describe('beidou questions / beidou answer', { timeout: 60_000 }, () => {
     const home = tempHome();
     try {
       const noToken = await beidou(['answer', 'q_x', '--text', 'x', '--server', ts.url, '--home', home]);
-      expect(noToken.code).not.toBe(0);
+      expect(noToken.code).toBe(2);
       expect(noToken.stderr).toContain('no admin token');
       // BEIDOU_ADMIN_TOKEN takes the place of the file.
       const viaEnv = await beidou(['questions', '--json', '--server', ts.url, '--home', home], { BEIDOU_ADMIN_TOKEN: ts.adminToken });
