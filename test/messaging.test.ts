@@ -69,6 +69,15 @@ describe('messaging over MCP', () => {
     expect(read.ok && read.value.messages.map((m: { message_id: string }) => m.message_id)).toEqual([sent.ok && sent.value.message_id]);
   });
 
+  it('read_inbox with wait_s also wakes for messages the server routes (a review report)', async () => {
+    const { root, a, aId } = await teamOfTwo();
+    // wait_s is past the test's own timeout: only a wake-up can make this pass.
+    const waiting = root.call('read_inbox', { wait_s: 60 });
+    expect((await a.call('signal_review', { detail: '[REVIEW REQUIRED] done' })).ok).toBe(true);
+    const read = await waiting;
+    expect(read.ok && read.value.messages).toEqual([expect.objectContaining({ from: aId, kind: 'review_report', content: '[REVIEW REQUIRED] done' })]);
+  });
+
   it('an agent of another task gets task_mismatch', async () => {
     const { bId } = await teamOfTwo();
     const other = await createTask(ts);
