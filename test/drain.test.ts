@@ -228,9 +228,8 @@ describe('StreamJsonDrain on anything else', () => {
     }
   });
 
-  // BUG (src/spawner/drain.ts): `null` parses as JSON and `msg.type` then throws a TypeError,
-  // as does a null entry in message.content; the claude adapter calls line() from a readline
-  // listener, so the throw is uncaught and ends the whole spawner. Such lines must be ignored.
+  // The adapter calls line() from a readline listener, where a throw would end the whole
+  // spawner: JSON that is not a stream-json message is ignored.
   it('produces nothing for JSON that is not an object, or a null content block', () => {
     const drain = new StreamJsonDrain(() => 0);
     expect(drain.line('null')).toEqual({ events: [] });

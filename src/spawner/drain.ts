@@ -48,6 +48,8 @@ export interface DrainOutput {
   turnEnded?: { clean: boolean };
 }
 
+const isBlock = (b: unknown): b is ContentBlock => b !== null && typeof b === 'object';
+
 export function truncate(text: string, limit = ERROR_REASON_LIMIT): string {
   return text.length > limit ? `${text.slice(0, limit)}…(truncated)` : text;
 }
@@ -55,7 +57,7 @@ export function truncate(text: string, limit = ERROR_REASON_LIMIT): string {
 function resultText(content: unknown): string | null {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return null;
-  const texts = content.filter((b): b is { type: 'text'; text: string } => b?.type === 'text' && typeof b.text === 'string').map((b) => b.text);
+  const texts = content.filter((b): b is { type: 'text'; text: string } => isBlock(b) && b.type === 'text' && typeof b.text === 'string').map((b) => b.text);
   return texts.length > 0 ? texts.join('') : null;
 }
 
@@ -73,6 +75,8 @@ export class StreamJsonDrain {
     } catch {
       return { events: [] };
     }
+    // Only objects are stream-json messages (`null`, numbers and strings parse too).
+    if (msg === null || typeof msg !== 'object') return { events: [] };
     switch (msg.type) {
       case 'system':
         return msg.subtype === 'init' && msg.session_id ? { events: [], sessionId: msg.session_id } : { events: [] };
@@ -105,7 +109,7 @@ export class StreamJsonDrain {
     const m = msg.message;
     if (!m) return [];
     const messageId = m.id ?? '';
-    const blocks = Array.isArray(m.content) ? m.content : [];
+    const blocks = Array.isArray(m.content) ? m.content.filter(isBlock) : [];
     const out: DrainedEvent[] = [];
     if (messageId && m.usage && !this.seenUsage.has(messageId)) {
       this.seenUsage.add(messageId);
@@ -135,7 +139,7 @@ export class StreamJsonDrain {
   }
 
   private toolResults(msg: StreamLine): DrainedEvent[] {
-    const blocks = Array.isArray(msg.message?.content) ? msg.message.content : [];
+    const blocks = Array.isArray(msg.message?.content) ? msg.message.content.filter(isBlock) : [];
     const out: DrainedEvent[] = [];
     for (const b of blocks) {
       if (b.type !== 'tool_result' || !b.tool_use_id) continue;

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -64,7 +64,10 @@ export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings
     permissionMode,
   ];
   if (spec.launch.model) args.push('--model', spec.launch.model);
+  // The spawner picks the session id, so the server records the id Claude Code really uses
+  // and another spawner can resume it.
   if (spec.resume) args.push('--resume', spec.sessionId);
+  else args.push('--session-id', spec.sessionId);
   return args;
 }
 
@@ -79,7 +82,9 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
   return {
     name: 'claude',
     start(spec: StartSpec, hooks: AdapterHooks): AgentProcess {
-      const files = writeAgentFiles(path.join(os.tmpdir(), 'beidou-claude', spec.launch.agent_id), spec);
+      // The MCP config holds the agent's token: written per start, removed when the process ends.
+      const filesDir = path.join(os.tmpdir(), 'beidou-claude', `${spec.launch.agent_id}-${process.pid}-${Date.now()}`);
+      const files = writeAgentFiles(filesDir, spec);
       const child = spawn(opts.bin, claudeArgs(spec, files, opts.permissionMode), {
         cwd: spec.cwd,
         stdio: ['pipe', 'pipe', 'pipe'],
@@ -88,6 +93,9 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
           ...process.env,
           // Claude Code's own agent teams compete with Beidou's.
           CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS: '',
+          // Claude Code 2.x defers MCP tools behind ToolSearch, hiding their descriptions and
+          // schemas from the model; Beidou's tools are the agent's main tools, so send them whole.
+          ENABLE_TOOL_SEARCH: 'false',
           MCP_TOOL_TIMEOUT: MCP_TOOL_TIMEOUT_MS,
           MCP_TIMEOUT: '60000',
           // For `beidou hook`, which runs as this agent.
@@ -108,6 +116,7 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
       const write = (text: string) => writeLine(userTurn(text));
       if (!spec.resume) write(spec.launch.first_message);
       else if (spec.nudge) write(spec.nudge);
+      void proc.exited.then(() => rmSync(filesDir, { recursive: true, force: true }));
       opts.logger.debug({ agent: spec.launch.agent_id, pid: child.pid }, 'claude started');
       return { ...proc, deliver: (message) => write(message.content) };
     },
