@@ -1,0 +1,84 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { SkillCatalog, SkillLoadError } from '../src/skills/loader.js';
+import { assemblePrompt, firstMessage } from '../src/skills/prompt.js';
+import { PACKAGE_ROOT } from '../src/util/version.js';
+import { removeHome, tempHome } from './support/server.js';
+
+function writeSkill(root: string, folder: string, text: string): void {
+  mkdirSync(path.join(root, folder), { recursive: true });
+  writeFileSync(path.join(root, folder, 'SKILL.md'), text);
+}
+
+describe('skills', () => {
+  let dir = '';
+  afterEach(() => removeHome(dir));
+
+  it('ships a leader and a worker skill that load and follow the contracts', () => {
+    const catalog = new SkillCatalog([path.join(PACKAGE_ROOT, 'skills')]);
+    expect(catalog.names()).toEqual(['leader', 'worker']);
+    const { skills, errors } = catalog.loadAll();
+    expect(errors).toEqual([]);
+    for (const skill of skills) {
+      expect(skill.body).toMatch(/signal_review/);
+      expect(skill.allowedTools).toContain('mcp__beidou__signal_review');
+    }
+  });
+
+  it('lets later roots override earlier ones, and reports load errors clearly', () => {
+    dir = tempHome();
+    const bundled = path.join(dir, 'bundled');
+    const mine = path.join(dir, 'mine');
+    writeSkill(bundled, 'worker', '---\nname: worker\ndescription: bundled\n---\nBundled body.');
+    writeSkill(mine, 'worker', '---\nname: worker\ndescription: mine\nmodel: small\nallowed-tools: Read, Grep\n---\nMy body for {role}.');
+    writeSkill(mine, 'nofront', 'Just a body.');
+    writeSkill(mine, 'bad-yaml', '---\nname: [unclosed\n---\nBody.');
+    writeSkill(mine, 'no-desc', '---\nname: no-desc\n---\nBody.');
+    writeSkill(mine, 'misnamed', '---\nname: other\ndescription: d\n---\nBody.');
+    writeSkill(mine, 'empty', '---\nname: empty\ndescription: d\n---\n');
+    const catalog = new SkillCatalog([bundled, mine, path.join(dir, 'missing-root')]);
+    const worker = catalog.load('worker');
+    expect(worker).toMatchObject({ description: 'mine', model: 'small', allowedTools: ['Read', 'Grep'] });
+    expect(catalog.has('nofront')).toBe(true);
+    const reason = (name: string) => {
+      try {
+        catalog.load(name);
+      } catch (err) {
+        expect(err).toBeInstanceOf(SkillLoadError);
+        return (err as Error).message;
+      }
+      throw new Error(`${name} loaded`);
+    };
+    expect(reason('nofront')).toMatch(/missing YAML front matter/);
+    expect(reason('bad-yaml')).toMatch(/not valid YAML/);
+    expect(reason('no-desc')).toMatch(/"description"/);
+    expect(reason('misnamed')).toMatch(/does not match its folder/);
+    expect(reason('empty')).toMatch(/body .* is empty/);
+    expect(reason('ghost')).toMatch(/no SKILL.md/);
+    expect(catalog.loadAll().errors).toHaveLength(5);
+  });
+
+  it('assembles the launch prompt in the fixed order, and puts the assignment in the first message', () => {
+    const catalog = new SkillCatalog([path.join(PACKAGE_ROOT, 'skills')]);
+    const prompt = assemblePrompt(catalog.load('worker'), {
+      agent_id: 'ag_1',
+      name: 'writer-0001',
+      role: 'writer',
+      role_description: 'writes the report',
+      team_name: 'team-root',
+      leader: 'root-0000 (ag_0)',
+      workspace_path: '/w/team',
+      project_workspace_path: '/w',
+    });
+    expect(prompt).not.toMatch(/\{(role|role_description|team_name|workspace_path|project_workspace_path)\}/);
+    expect(prompt).toContain('You are writer, a member of the team "team-root". Your scope: writes the report');
+    const order = ['You are writer', '## Identity', '## Persistent-agent contract', '## Completion-handoff contract'].map((s) => prompt.indexOf(s));
+    expect(order).toEqual([...order].sort((a, b) => a - b));
+    expect(order.every((i) => i >= 0)).toBe(true);
+    expect(firstMessage('do it', { plan_task_id: 't1', artifacts_path: '/w/artifacts/t1' })).toBe(
+      '[TASK ASSIGNMENT]\nplan_task_id: t1\nartifacts_path: /w/artifacts/t1\n[/TASK ASSIGNMENT]\n\ndo it',
+    );
+    expect(firstMessage('do it')).toBe('do it');
+  });
+});
