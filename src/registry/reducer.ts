@@ -101,6 +101,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         session_id: null,
         started: false,
         running: false,
+        open_tool_uses: new Set(),
         parked: false,
         cost_base: 0,
         active_plan_id: null,
@@ -332,6 +333,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         if (!agent || agent.spawner_id !== e.spawner_id) continue;
         agent.spawner_id = null;
         agent.running = false;
+        agent.open_tool_uses.clear();
       }
       return;
     }
@@ -343,6 +345,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       agent.spawner_id = e.spawner_id;
       agent.running = true;
       agent.parked = false;
+      agent.open_tool_uses.clear();
       touch(agent, e.ts);
       return;
     }
@@ -350,6 +353,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       const agent = state.agents.get(e.agent_id);
       if (!agent) return;
       agent.running = false;
+      agent.open_tool_uses.clear();
       // Terminated: no launch any more. Escalated: parked until someone messages it. Any
       // other end is the spawner's to resume (it keeps the agent).
       if (e.terminated) {
@@ -374,11 +378,18 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       const agent = state.agents.get(e.caller_id);
       if (!agent) return;
       agent.stats.tool_calls++;
+      agent.open_tool_uses.add(e.tool_use_id);
+      touch(agent, e.ts);
+      return;
+    }
+    case 'tool_result': {
+      const agent = state.agents.get(e.caller_id);
+      if (!agent) return;
+      agent.open_tool_uses.delete(e.tool_use_id);
       touch(agent, e.ts);
       return;
     }
     case 'assistant_text':
-    case 'tool_result':
       touch(state.agents.get(e.caller_id), e.ts);
       return;
     case 'run.cost': {

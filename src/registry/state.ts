@@ -112,6 +112,8 @@ export interface AgentRecord {
   started: boolean;
   /** Whether its process is running now (between agent_started and agent_completed / spawner.lost). */
   running: boolean;
+  /** Tool uses its process started and has not finished (drained tool_called without tool_result). */
+  open_tool_uses: Set<string>;
   /** The spawner gave up on it (strikes exhausted): relaunched only when a message arrives. */
   parked: boolean;
   /** Cost of the agent's earlier sessions; run.cost reports a session's cumulative total. */

@@ -117,7 +117,8 @@ export class Watchdog {
       if (agent.nudge_escalated && !calledSinceNudge) continue;
       if (questions.some((q) => q.asker === agent.agent_id || q.chain.includes(agent.agent_id))) continue;
       const subtree = this.subtree(agent);
-      if (subtree.some((a) => activity.busy(a.agent_id))) continue;
+      // A tool in flight: an MCP call to us, or one its process runs (drained, unfinished).
+      if (subtree.some((a) => activity.busy(a.agent_id) || a.open_tool_uses.size > 0)) continue;
       // A leader waiting on children that are still working is not idle.
       const lastActive = Math.max(...subtree.map((a) => Math.max(a.last_activity_at, activity.lastCallAt(a.agent_id))));
       const now = clock.now();

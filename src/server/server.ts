@@ -104,13 +104,20 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   httpServer.headersTimeout = 60_000;
   httpServer.keepAliveTimeout = 65_000;
 
-  await new Promise<void>((resolve, reject) => {
-    httpServer.once('error', reject);
-    httpServer.listen(config.port, config.host, () => {
-      httpServer.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      httpServer.once('error', reject);
+      httpServer.listen(config.port, config.host, () => {
+        httpServer.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err) {
+    // Could not listen (port taken, bad host): release the log and the database.
+    await log.close();
+    rollups.close();
+    throw err;
+  }
   const address = httpServer.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
