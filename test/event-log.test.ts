@@ -1,4 +1,4 @@
-import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { EventDraft, StoredEvent } from '../src/events/catalogue.js';
@@ -17,7 +17,10 @@ const draft = (taskId: string, i: number): EventDraft => ({
 
 describe('JsonlEventLog', () => {
   let dir = '';
-  afterEach(() => removeHome(dir));
+  afterEach(() => {
+    removeHome(dir);
+    dir = '';
+  });
 
   async function reopen(): Promise<{ log: JsonlEventLog; replayed: StoredEvent[] }> {
     const log = new JsonlEventLog(dir, clock);
@@ -80,6 +83,23 @@ describe('JsonlEventLog', () => {
     await expect(reopen()).rejects.toThrow(/line 2 is not valid JSON/);
     writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n');
     await expect(reopen()).rejects.toThrow(/seq 3, expected 2/);
+  });
+
+  it.runIf(existsSync('/dev/full'))('after a failed write acknowledges nothing more: the batch and every later append are refused', async () => {
+    dir = tempHome();
+    const { log } = await reopen();
+    // A task file that is /dev/full: every write fails with ENOSPC, as on a full disk.
+    // (Linked after the replay, which would read the device's endless zeros.)
+    symlinkSync('/dev/full', path.join(dir, 'tsk_full.jsonl'));
+    const ok = log.append([draft('tsk_ok', 0)]);
+    await ok.durable;
+    const failed = log.append([draft('tsk_full', 0)]);
+    const alongside = log.append([draft('tsk_ok', 1)]);
+    await expect(failed.durable).rejects.toThrow(/event log is unavailable/);
+    await expect(alongside.durable).rejects.toThrow(/event log is unavailable/);
+    expect(() => log.append([draft('tsk_ok', 2)])).toThrow(/event log is unavailable/);
+    await expect(log.flush()).rejects.toThrow(/event log is unavailable/);
+    expect(log.durableSeq('tsk_ok')).toBe(1);
   });
 
   it('calls subscribers with each durable batch', async () => {

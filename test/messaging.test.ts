@@ -116,6 +116,21 @@ describe('messaging over MCP', () => {
     expect(third).toMatchObject({ ok: false, error: { error: 'inbox_full', details: { cap: 2, undelivered: 2 } } });
   });
 
+  it('caps the characters an inbox holds too, so one recipient cannot take the memory', async () => {
+    await ts.close();
+    removeHome(ts.home);
+    ts = await startTestServer({ env: { BEIDOU_INBOX_MAX_CHARS: '10' } });
+    const { a, b, bId } = await teamOfTwo();
+    expect((await a.call('send_message', { to: bId, content: '12345678' })).ok).toBe(true);
+    expect(await a.call('send_message', { to: bId, content: '123' })).toMatchObject({
+      ok: false,
+      error: { error: 'inbox_full', details: { undelivered_chars: 8, max_chars: 10 } },
+    });
+    // Reading frees the room.
+    await b.call('read_inbox');
+    expect((await a.call('send_message', { to: bId, content: '123' })).ok).toBe(true);
+  });
+
   it('records send_message and agent_input events sharing the message_id', async () => {
     const { a, b, bId, task } = await teamOfTwo();
     const sent = await a.call('send_message', { to: bId, content: 'logged' });

@@ -133,6 +133,7 @@ export class JsonlEventLog implements EventLog {
   }
 
   private schedule(): void {
+    if (this.failure) return this.rejectQueued();
     if (this.scheduled || this.committing) return;
     this.scheduled = true;
     // setImmediate lets every append made in this turn of the event loop join the commit.
@@ -169,10 +170,21 @@ export class JsonlEventLog implements EventLog {
         }),
       );
     } catch (err) {
-      // A failed write leaves memory ahead of disk: refuse every later append loudly.
+      // A failed write leaves memory ahead of disk: nothing of this batch was acknowledged,
+      // so cut every file of it back to its last durable byte (no torn line may stay to
+      // glue the next write onto), and refuse every later append loudly.
       this.failure = err as Error;
+      for (const file of batch) {
+        try {
+          ftruncateSync(file.fd, file.durableEnd);
+          fdatasyncSync(file.fd);
+        } catch {
+          // The disk refuses even that; the torn tail is cut at the next start instead.
+        }
+      }
       const error = new EventLogFailedError(err);
       for (const w of waiters) w.reject(error);
+      this.rejectQueued();
       return;
     }
     for (const { file, events, end } of written) {
@@ -185,6 +197,12 @@ export class JsonlEventLog implements EventLog {
       if (!set) continue;
       for (const listener of set) listener(events);
     }
+  }
+
+  private rejectQueued(): void {
+    const error = new EventLogFailedError(this.failure);
+    for (const w of this.waiters.splice(0)) w.reject(error);
+    this.dirty.clear();
   }
 
   read(taskId: string, since: number, limit: number): StoredEvent[] {

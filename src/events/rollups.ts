@@ -63,6 +63,8 @@ export class SqliteRollups implements RollupStore {
   constructor(
     file: string,
     private readonly state: RegistryState,
+    /** Rollups are derived data: a failed write is reported, never allowed to stop the server. */
+    private readonly onError: (err: unknown) => void = () => undefined,
   ) {
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
@@ -97,7 +99,13 @@ export class SqliteRollups implements RollupStore {
       if (typeof fields.qid === 'string') this.questions.add(fields.qid);
     }
     if (!this.timer) {
-      this.timer = setTimeout(() => this.flush(), BATCH_MS);
+      this.timer = setTimeout(() => {
+        try {
+          this.flush();
+        } catch (err) {
+          this.onError(err);
+        }
+      }, BATCH_MS);
       this.timer.unref();
     }
   }

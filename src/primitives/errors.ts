@@ -46,6 +46,7 @@ export const ERROR_CODES = [
   // the server's review gate
   'review_gate_blocked',
   // standalone
+  'agent_terminated',
   'invalid_input',
   'internal_error',
 ] as const;

@@ -64,6 +64,11 @@ async function enforceReviewGate(toolName: string, ctx: ToolContext): Promise<vo
  */
 export async function invokePrimitive(primitive: AnyPrimitive, rawArgs: unknown, ctx: ToolContext): Promise<InvokeResult> {
   try {
+    // Once its sentinel is posted an agent is on its way out: it may not act any more (it
+    // could otherwise spawn children the cascade, already computed, would never reach).
+    if (ctx.caller.terminate_posted) {
+      throw new PrimitiveError('agent_terminated', 'you are being terminated; end your turn', { agent_id: ctx.caller.agent_id });
+    }
     const args = rawArgs ?? {};
     if (typeof args === 'object' && !Array.isArray(args)) {
       const shape = primitive.inputSchema.shape as Record<string, unknown>;

@@ -37,8 +37,8 @@ export const requestTermination = definePrimitive({
       const content = `[TERMINATION REQUESTED] ${caller.name} reports its work complete and asks to be terminated (terminate_child to accept, send_message to reject).${text ? `\n\n${text}` : ''}`;
       drafts.push(toLeaderDraft(services, caller, 'termination_request', content));
     }
+    if (caller.leader_id === USER) drafts.push(...services.gateway.rootTerminationDrafts(caller, text));
     await registry.commit(drafts);
-    if (caller.leader_id === USER) await services.gateway.rootTerminationRequest(caller, text);
     return { recorded: true as const, termination_requested: true as const };
   },
 });

@@ -48,9 +48,10 @@ export const signalReview = definePrimitive({
       { event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'review_pending', detail },
       { event: 'liveness_check', task_id: caller.task_id, agent_id: caller.agent_id, team_id: caller.team_id, all_done: allDone },
     ];
+    // To the leader's inbox, or for the root, to the user gateway: in the same commit.
     if (caller.leader_id !== USER) drafts.push(toLeaderDraft(services, caller, 'review_report', detail));
+    else drafts.push(...services.gateway.rootReviewDrafts(caller, detail));
     await registry.commit(drafts);
-    if (caller.leader_id === USER) await services.gateway.rootReview(caller, detail);
     return { recorded: true as const, review_pending: true as const };
   },
 });

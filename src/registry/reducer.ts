@@ -94,6 +94,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         created_at: e.ts,
         leads: [],
         inbox: new Map(),
+        inbox_chars: 0,
         delivered_count: 0,
         sent_count: 0,
         launch: null,
@@ -138,6 +139,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     case 'send_message': {
       const recipient = state.agents.get(e.to);
       if (recipient) {
+        recipient.inbox_chars += e.content.length;
         recipient.inbox.set(e.message_id, {
           message_id: e.message_id,
           from: e.caller_id,
@@ -152,7 +154,9 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       return;
     }
     case 'inbox.posted': {
-      state.agents.get(e.to)?.inbox.set(e.message_id, {
+      const recipient = state.agents.get(e.to);
+      if (recipient) recipient.inbox_chars += e.content.length;
+      recipient?.inbox.set(e.message_id, {
         message_id: e.message_id,
         from: e.from,
         kind: e.kind,
@@ -164,7 +168,12 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     case 'agent_input': {
       const agent = state.agents.get(e.caller_id);
       if (!agent) return;
-      if (agent.inbox.delete(e.message_id)) agent.delivered_count++;
+      const delivered = agent.inbox.get(e.message_id);
+      if (delivered) {
+        agent.inbox.delete(e.message_id);
+        agent.inbox_chars -= delivered.content.length;
+        agent.delivered_count++;
+      }
       // The server's own pings and nudges are not activity: they must not reset the ladder.
       if (e.from !== BEIDOU) touch(agent, e.ts);
       return;
@@ -183,6 +192,10 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       agent.terminated_at = e.ts;
       agent.review = null;
       agent.termination_request = null;
+      // Its process is gone for good: no launch, no spawner slot.
+      agent.launch = null;
+      agent.spawner_id = null;
+      agent.running = false;
       return;
     }
     case 'plan_declared': {

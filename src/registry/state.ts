@@ -101,6 +101,8 @@ export interface AgentRecord {
   leads: string[];
   /** Undelivered messages, oldest first (a Map keeps insertion order and deletes in O(1)). */
   inbox: Map<string, InboxMessage>;
+  /** UTF-16 length of the undelivered contents: the inbox's memory, capped like its count. */
+  inbox_chars: number;
   delivered_count: number;
   sent_count: number;
   launch: LaunchRequest | null;

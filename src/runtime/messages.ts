@@ -30,6 +30,14 @@ export async function postMessage(
       { to: recipient.agent_id, undelivered: recipient.inbox.size, cap },
     );
   }
+  const maxChars = services.config.inboxMaxChars;
+  if (recipient.inbox_chars + content.length > maxChars) {
+    throw new PrimitiveError(
+      'inbox_full',
+      `${recipient.name}'s undelivered messages would exceed ${maxChars} characters; wait for it to read them, or send less`,
+      { to: recipient.agent_id, undelivered: recipient.inbox.size, undelivered_chars: recipient.inbox_chars, max_chars: maxChars },
+    );
+  }
   const messageId = services.ids.next('msg');
   const drafts: EventDraft[] = [
     { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: messageId },

@@ -23,7 +23,8 @@ export class Questions {
     private readonly registry: Registry,
     private readonly ids: IdSource,
   ) {
-    registry.observe((events) => this.onCommitted(events));
+    // An answer reaches the blocked call only once it is on disk: a reply is an acknowledgement.
+    registry.observeDurable((events) => this.onCommitted(events));
   }
 
   private onCommitted(events: readonly StoredEvent[]): void {
@@ -210,29 +211,53 @@ export class Questions {
         if (set.size === 0 && this.waiters.get(qid) === set) this.waiters.delete(qid);
         resolve(answered);
       };
-      const onAbort = () => done(undefined);
+      const onAbort = () => {
+        done(undefined);
+        // Answered while this call waited, but the call ended before the answer was durable:
+        // the answer relied on this call, so it goes to the inbox instead.
+        const answered = this.get(qid);
+        if (answered && answered.status !== 'pending') void this.deliverLate(answered);
+      };
       if (signal.aborted) return done(undefined);
       signal.addEventListener('abort', onAbort, { once: true });
       set.add(done);
     });
   }
 
+  private async deliverLate(q: QuestionRecord): Promise<void> {
+    const asker = this.registry.agent(q.asker);
+    if (!asker || asker.terminate_consumed) return;
+    const text = q.status === 'answered' ? (q.answer_text ?? '') : `The user declined to answer: ${q.audit.at(-1)?.reason ?? ''}`;
+    await this.registry
+      .commit([
+        { event: 'inbox.posted', task_id: q.task_id, to: asker.agent_id, from: q.answered_by ?? USER, kind: 'answer', content: `[ANSWER ${q.qid}] ${text}`, message_id: this.ids.next('msg') },
+      ])
+      .catch(() => undefined);
+  }
+
   // ---- the server's own questions (straight to the user gateway) ----
 
-  private async systemQuestion(
+  /**
+   * The drafts of one of the server's own questions, to commit together with what caused
+   * it: a crash between the cause and the question must not leave one without the other.
+   */
+  private systemQuestionDrafts(
     taskId: string,
     origin: QuestionOrigin,
     subject: AgentRecord,
     questions: QuestionItem[],
     context: string | null,
     alongside: (qid: string) => EventDraft[] = () => [],
-  ): Promise<string> {
+  ): EventDraft[] {
     const qid = this.ids.next('q');
-    await this.registry.commit([
+    return [
       { event: 'question_asked', task_id: taskId, qid, asker: BEIDOU, holder: null, prompt: promptSummary(questions), questions, context, origin, subject_agent_id: subject.agent_id },
       ...alongside(qid),
-    ]);
-    return qid;
+    ];
+  }
+
+  private async systemQuestion(...args: Parameters<Questions['systemQuestionDrafts']>): Promise<void> {
+    await this.registry.commit(this.systemQuestionDrafts(...args));
   }
 
   private hasPending(origin: QuestionOrigin, subjectId: string): boolean {
@@ -243,16 +268,16 @@ export class Questions {
   }
 
   /** The root's signal_review becomes an Approve / Rework question at the gateway. */
-  async rootReview(root: AgentRecord, detail: string): Promise<void> {
-    if (this.hasPending('root_review', root.agent_id)) return;
-    await this.systemQuestion(root.task_id, 'root_review', root, [approveOrRework(`The root agent ${root.name} reports its work ready for review:\n\n${detail}`)], detail);
+  rootReviewDrafts(root: AgentRecord, detail: string): EventDraft[] {
+    if (this.hasPending('root_review', root.agent_id)) return [];
+    return this.systemQuestionDrafts(root.task_id, 'root_review', root, [approveOrRework(`The root agent ${root.name} reports its work ready for review:\n\n${detail}`)], detail);
   }
 
   /** The root's request_termination, likewise. */
-  async rootTerminationRequest(root: AgentRecord, detail: string): Promise<void> {
-    if (this.hasPending('root_termination', root.agent_id)) return;
+  rootTerminationDrafts(root: AgentRecord, detail: string): EventDraft[] {
+    if (this.hasPending('root_termination', root.agent_id)) return [];
     const text = `The root agent ${root.name} reports the task complete and asks to end it.${detail ? `\n\n${detail}` : ''}`;
-    await this.systemQuestion(root.task_id, 'root_termination', root, [approveOrRework(text)], detail || null);
+    return this.systemQuestionDrafts(root.task_id, 'root_termination', root, [approveOrRework(text)], detail || null);
   }
 
   /** Watchdog pass A, third strike: a review its leader does not answer goes to the user. */
@@ -295,8 +320,8 @@ export class Questions {
   }
 
   /** A root whose process the spawner gave up on (crash or contract strikes): the user decides. */
-  async escalateAgentFailure(agent: AgentRecord, what: string): Promise<void> {
-    await this.systemQuestion(
+  agentFailureDrafts(agent: AgentRecord, what: string): EventDraft[] {
+    return this.systemQuestionDrafts(
       agent.task_id,
       'agent_failure',
       agent,

@@ -217,9 +217,11 @@ export class Spawners {
   }
 
   private async sendLaunch(conn: Connection, agent: AgentRecord, resume: boolean): Promise<void> {
-    const launch = agent.launch;
-    if (!launch) return;
+    if (!agent.launch) return;
     const token = await this.services.tokens.mintAgent(agent.agent_id, agent.task_id);
+    // A terminate may have been posted (and sent) while we awaited: then no launch at all.
+    const launch = agent.launch;
+    if (!launch || agent.terminate_posted) return;
     let allowedTools: string[] = [];
     try {
       allowedTools = this.services.skills.load(agent.skill).allowedTools;
@@ -330,8 +332,8 @@ export class Spawners {
 
   /** The spawner ended the agent's process after a terminate command. */
   async acknowledgeTermination(spawnerId: string, agentId: string): Promise<void> {
+    if (this.registry.agent(agentId)?.terminate_consumed) return; // a repeated ack
     const agent = this.ownAgent(spawnerId, agentId);
-    if (agent.terminate_consumed) return;
     const drafts: EventDraft[] = [{ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agentId, via: 'spawner' }];
     if (agent.running) drafts.unshift({ event: 'agent_completed', task_id: agent.task_id, agent_id: agentId, terminated: true, stop_reason: 'end_turn' });
     await this.registry.commit(drafts);
@@ -339,6 +341,8 @@ export class Spawners {
 
   async started(spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean): Promise<void> {
     const agent = this.ownAgent(spawnerId, agentId);
+    // A process started for an agent already being terminated must be ended, not recorded.
+    if (agent.terminate_posted) throw new NotYourAgent(agentId, 'is being terminated; end its process');
     await this.registry.commit([
       {
         event: 'agent_started',
@@ -356,23 +360,23 @@ export class Spawners {
     ]);
   }
 
-  /** Validated drained events; some need the server to act (escalations). */
+  /**
+   * Validated drained events; an escalation (the spawner gave up on the agent) is answered
+   * in the same commit: a message to the leader, or for the root a question to the user.
+   */
   async report(spawnerId: string, agentId: string, drafts: EventDraft[]): Promise<void> {
     const agent = this.ownAgent(spawnerId, agentId);
-    await this.registry.commit(drafts);
-    for (const d of drafts) {
-      if (d.event === 'agent_completed' && (d.stop_reason === 'crash_escalated' || d.stop_reason === 'contract_violation_escalated')) {
-        await this.escalate(agent, d.stop_reason === 'crash_escalated' ? 'it crashed three times in a row' : 'it exited on its own three times in a row');
-      }
-    }
+    const escalations = drafts.flatMap((d) =>
+      d.event === 'agent_completed' && (d.stop_reason === 'crash_escalated' || d.stop_reason === 'contract_violation_escalated')
+        ? this.escalation(agent, d.stop_reason === 'crash_escalated' ? 'it crashed three times in a row' : 'it exited on its own three times in a row')
+        : [],
+    );
+    await this.registry.commit([...drafts, ...escalations]);
   }
 
-  private async escalate(agent: AgentRecord, what: string): Promise<void> {
-    if (agent.leader_id === USER) {
-      await this.services.gateway.escalateAgentFailure(agent, what);
-      return;
-    }
-    await this.registry.commit([
+  private escalation(agent: AgentRecord, what: string): EventDraft[] {
+    if (agent.leader_id === USER) return this.services.gateway.agentFailureDrafts(agent, what);
+    return [
       {
         event: 'inbox.posted',
         task_id: agent.task_id,
@@ -382,7 +386,7 @@ export class Spawners {
         content: `[AGENT DOWN] ${agent.name} (${agent.agent_id}) stopped: ${what}. It will not be restarted on its own. Message it to have it resumed, or end it with terminate_child (force: true).`,
         message_id: this.services.ids.next('msg'),
       },
-    ]);
+    ];
   }
 
   private ownAgent(spawnerId: string, agentId: string): AgentRecord {
@@ -408,7 +412,10 @@ export class Spawners {
 }
 
 export class NotYourAgent extends Error {
-  constructor(readonly agentId: string) {
-    super(`agent ${agentId} is not assigned to this spawner`);
+  constructor(
+    readonly agentId: string,
+    why = 'is not assigned to this spawner',
+  ) {
+    super(`agent ${agentId} ${why}`);
   }
 }

@@ -54,6 +54,13 @@ export class McpSessions {
   ) {
     this.byName = new Map(catalogue.map((p) => [p.name, p]));
     this.toolList = catalogue.map(toolDefinition);
+    // A terminated agent's sessions end with it (its token no longer opens new ones).
+    services.registry.observeDurable((events) => {
+      for (const e of events) {
+        if (e.event !== 'terminate.consumed') continue;
+        for (const session of [...(this.byAgent.get(e.agent_id) ?? [])]) void session.server.close().catch(() => undefined);
+      }
+    });
     // A wake-up nudge on every open session of the recipient; delivery itself is elsewhere.
     services.inboxes.onArrival((agentId, message) => {
       const set = this.byAgent.get(agentId);

@@ -65,7 +65,9 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const registry = new Registry(log);
   const started = Date.now();
   await registry.open();
-  const rollups = new SqliteRollups(paths.statsDb, registry.state);
+  const rollups = new SqliteRollups(paths.statsDb, registry.state, (err) =>
+    logger.error({ err }, 'could not write the rollups (stats.db); `beidou stats rebuild` recreates them'),
+  );
   rollups.rebuild();
   registry.observe((events) => rollups.track(events));
 

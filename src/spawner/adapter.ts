@@ -108,3 +108,14 @@ export function wrapChild(
     stderrTail: () => stderr.text(),
   };
 }
+
+/**
+ * The environment an agent process inherits: the spawner's own minus its secrets. An agent
+ * (an LLM with a shell) must never hold the admin, spawner or signing secret: with them it
+ * could answer the user's questions or approve its own review.
+ */
+export function agentEnvironment(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const secret of ['BEIDOU_ADMIN_TOKEN', 'BEIDOU_SECRET', 'BEIDOU_SPAWNER_TOKEN']) delete env[secret];
+  return { ...env, ...extra };
+}

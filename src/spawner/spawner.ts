@@ -35,6 +35,8 @@ type Deliver = Extract<SpawnerCommand, { type: 'deliver' }>;
  */
 export class Spawner {
   private readonly agents = new Map<string, Supervisor>();
+  /** Agents whose termination this spawner acknowledged: a late launch for one is ignored. */
+  private readonly ended = new Set<string>();
   private heartbeatS = 5;
   private graceS = 60;
   private heartbeat: NodeJS.Timeout | null = null;
@@ -114,7 +116,7 @@ export class Spawner {
         return;
       }
       case 'launch': {
-        if (this.agents.has(command.agent_id)) return; // a resend after a reconnect
+        if (this.agents.has(command.agent_id) || this.ended.has(command.agent_id)) return; // a resend, or too late
         const sup = new Supervisor(this, command);
         this.agents.set(command.agent_id, sup);
         await sup.start(command.resume, command.session_id, null);
@@ -127,7 +129,10 @@ export class Spawner {
       }
       case 'terminate': {
         const sup = this.agents.get(command.agent_id);
-        if (!sup) return void (await this.post('/ack', { type: 'terminate', agent_id: command.agent_id }));
+        if (!sup) {
+          this.ended.add(command.agent_id);
+          return void (await this.post('/ack', { type: 'terminate', agent_id: command.agent_id }));
+        }
         sup.terminate();
         return;
       }
@@ -150,8 +155,9 @@ export class Spawner {
     if (!res.ok) throw new Error(`${route}: ${res.status} ${await res.text()}`);
   }
 
-  forget(agentId: string): void {
+  forget(agentId: string, terminated = false): void {
     this.agents.delete(agentId);
+    if (terminated) this.ended.add(agentId);
   }
 
   cwdFor(launch: LaunchCommand): string {
@@ -182,6 +188,8 @@ class Supervisor {
   private crashStrikes = 0;
   private contractStrikes = 0;
   private terminating = false;
+  /** onExit is deciding what comes next (a restart, an escalation): a terminate waits for it. */
+  private exiting = false;
   private forced = false;
   private abandoned = false;
   private graceTimer: NodeJS.Timeout | null = null;
@@ -263,6 +271,7 @@ class Supervisor {
   terminate(): void {
     if (this.terminating) return;
     this.terminating = true;
+    if (this.exiting) return; // onExit sees the flag before it restarts anything
     if (!this.proc) return void this.finishTermination();
     this.proc.end();
     const proc = this.proc;
@@ -279,7 +288,7 @@ class Supervisor {
     await this.spawner.post('/ack', { type: 'terminate', agent_id: this.id }).catch((err: unknown) =>
       this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'terminate ack failed'),
     );
-    this.spawner.forget(this.id);
+    this.spawner.forget(this.id, true);
   }
 
   /** The server gave the agent to another spawner (or we are stopping): end it, report nothing. */
@@ -292,6 +301,27 @@ class Supervisor {
     if (proc !== this.proc || this.abandoned) return;
     this.proc = null;
     if (this.terminating) return this.finishTermination();
+    this.exiting = true;
+    try {
+      await this.afterExit(proc, exit);
+    } finally {
+      this.exiting = false;
+    }
+  }
+
+  /** A terminate that arrived while the exit was being reported wins over a restart. */
+  private async restartUnlessTerminated(resume: boolean, sessionId: string | null, nudge: string | null): Promise<void> {
+    if (this.abandoned) return;
+    if (this.terminating) return this.finishTermination();
+    return this.start(resume, sessionId, nudge);
+  }
+
+  private async giveUp(): Promise<void> {
+    if (this.terminating) return this.finishTermination();
+    this.spawner.forget(this.id);
+  }
+
+  private async afterExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
     const log = this.spawner.log;
     if (exit.code === 0) {
       this.contractStrikes++;
@@ -302,15 +332,14 @@ class Supervisor {
           { event: 'agent_completed', terminated: false, stop_reason: 'end_turn' } as DrainedEvent,
           { event: 'contract_violation', strike_count: strike, action: 'resumed' } as DrainedEvent,
         ]);
-        return this.start(true, this.sessionId, CONTRACT_NUDGE);
+        return this.restartUnlessTerminated(true, this.sessionId, CONTRACT_NUDGE);
       }
       log.error({ agent: this.id }, 'agent exited on its own three times; escalating');
       await this.report([
         { event: 'contract_violation', strike_count: strike, action: this.launch.is_root ? 'escalated_to_user' : 'escalated_to_leader' } as DrainedEvent,
         { event: 'agent_completed', terminated: false, stop_reason: 'contract_violation_escalated' } as DrainedEvent,
       ]);
-      this.spawner.forget(this.id);
-      return;
+      return this.giveUp();
     }
     this.crashStrikes++;
     const strike = this.crashStrikes;
@@ -324,12 +353,12 @@ class Supervisor {
     if (strike < STRIKES) {
       await this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent]);
       // Strike 1 resumes the session; strike 2 starts it afresh.
-      return this.start(strike === 1, strike === 1 ? this.sessionId : null, null);
+      return this.restartUnlessTerminated(strike === 1, strike === 1 ? this.sessionId : null, null);
     }
     await this.report([
       ...(this.launch.is_root ? [{ event: 'root_crash_escalation', crash_strikes: strike, stderr } as DrainedEvent] : []),
       { event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent,
     ]);
-    this.spawner.forget(this.id);
+    return this.giveUp();
   }
 }

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
-import { wrapChild } from '../adapter.js';
+import { agentEnvironment, wrapChild } from '../adapter.js';
 import { StreamJsonDrain } from '../drain.js';
 
 /** Tools that compete with Beidou primitives, removed at launch (the hook is the second layer). */
@@ -89,8 +89,7 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
         cwd: spec.cwd,
         stdio: ['pipe', 'pipe', 'pipe'],
         detached: true,
-        env: {
-          ...process.env,
+        env: agentEnvironment({
           // Claude Code's own agent teams compete with Beidou's.
           CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS: '',
           // Claude Code 2.x defers MCP tools behind ToolSearch, hiding their descriptions and
@@ -104,7 +103,7 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
           BEIDOU_TOKEN: spec.launch.token,
           BEIDOU_AGENT_ID: spec.launch.agent_id,
           ...(opts.sandbox ? { IS_SANDBOX: '1' } : {}),
-        },
+        }),
       });
       const drain = new StreamJsonDrain();
       const { writeLine, ...proc } = wrapChild(child, (line) => {

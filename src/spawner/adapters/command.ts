@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import type { Adapter, AdapterHooks, AgentProcess, DrainedEvent, StartSpec } from '../adapter.js';
-import { wrapChild } from '../adapter.js';
+import { agentEnvironment, wrapChild } from '../adapter.js';
 
 /**
  * The `command` adapter (SPEC §6): any command line, through a shell. The agent learns who
@@ -18,8 +18,7 @@ export function commandAdapter(command: string, log: (agentId: string, line: str
         cwd: spec.cwd,
         stdio: ['pipe', 'pipe', 'pipe'],
         detached: true,
-        env: {
-          ...process.env,
+        env: agentEnvironment({
           BEIDOU_URL: spec.mcpUrl,
           BEIDOU_SERVER: spec.serverUrl,
           BEIDOU_TOKEN: launch.token,
@@ -31,7 +30,7 @@ export function commandAdapter(command: string, log: (agentId: string, line: str
           BEIDOU_WORKSPACE: launch.workspace_path,
           BEIDOU_SESSION_ID: spec.sessionId,
           BEIDOU_RESUME: spec.resume ? '1' : '',
-        },
+        }),
       });
       hooks.onSession(spec.sessionId);
       const { writeLine, ...proc } = wrapChild(child, (line) => {
