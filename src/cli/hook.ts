@@ -1,4 +1,5 @@
-import { CliError } from './client.js';
+/** A usage error: one line on stderr, exit 2. (Local so the hook loads nothing heavy.) */
+export class HookUsageError extends Error {}
 
 /**
  * `beidou hook pre-tool-use | post-tool-use | stop`: a Claude Code hook command. Reads the
@@ -24,15 +25,15 @@ export function hookServer(): string {
 
 export async function hook(event: string): Promise<void> {
   const route = ROUTES[event as keyof typeof ROUTES];
-  if (!route) throw new CliError(`unknown hook event "${event}": use pre-tool-use, post-tool-use or stop`, 2);
+  if (!route) throw new HookUsageError(`unknown hook event "${event}": use pre-tool-use, post-tool-use or stop`);
   const token = process.env.BEIDOU_TOKEN;
-  if (!token) throw new CliError('BEIDOU_TOKEN is not set: the hook acts as the agent whose token it holds', 2);
+  if (!token) throw new HookUsageError('BEIDOU_TOKEN is not set: the hook acts as the agent whose token it holds');
   const raw = await readStdin();
   let input: Record<string, unknown> = {};
   try {
     input = raw.trim() ? (JSON.parse(raw) as Record<string, unknown>) : {};
   } catch {
-    throw new CliError('the hook input on stdin is not JSON', 2);
+    throw new HookUsageError('the hook input on stdin is not JSON');
   }
   // A Stop hook that already blocked once gets stop_hook_active: let it stop this time.
   if (route === 'stop' && input.stop_hook_active === true) return;

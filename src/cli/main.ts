@@ -93,7 +93,12 @@ program
   .command('hook')
   .description('a Claude Code hook command: pre-tool-use, post-tool-use or stop (reads the hook JSON on stdin)')
   .argument('<event>', 'pre-tool-use | post-tool-use | stop')
-  .action(async (event: string) => (await import('./hook.js')).hook(event));
+  .action(async (event: string) => {
+    const { hook, HookUsageError } = await import('./hook.js');
+    await hook(event).catch((err: unknown) => {
+      throw err instanceof HookUsageError ? new CliError(err.message, 2) : err;
+    });
+  });
 
 program
   .command('stats')

@@ -14,7 +14,8 @@ export const DISALLOWED_TOOLS = ['SendMessage', 'TodoWrite', 'AskUserQuestion'];
 /** Long enough that a blocked ask_user is never cut by Claude Code (progress keeps it alive too). */
 const MCP_TOOL_TIMEOUT_MS = String(24 * 3600 * 1000);
 
-const CLI_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'cli', 'main.js');
+// The hook's own entry point: it runs around every tool call, so it must start fast.
+const HOOK_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'cli', 'hook-main.js');
 
 export interface ClaudeAdapterOptions {
   bin: string;
@@ -36,7 +37,7 @@ export function writeAgentFiles(dir: string, spec: StartSpec): { mcpConfig: stri
   );
   const entry = (event: string, matcher?: string) => ({
     ...(matcher ? { matcher } : {}),
-    hooks: [{ type: 'command', command: `"${process.execPath}" "${CLI_MAIN}" hook ${event}` }],
+    hooks: [{ type: 'command', command: `"${process.execPath}" "${HOOK_MAIN}" ${event}` }],
   });
   const hooks = { PreToolUse: [entry('pre-tool-use', '*')], PostToolUse: [entry('post-tool-use', '*')], Stop: [entry('stop')] };
   writeFileSync(settings, JSON.stringify({ hooks }, null, 2), { mode: 0o600 });
