@@ -36,6 +36,7 @@ const configSchema = z.object({
   terminateGraceS: seconds(60),
   spawnerHeartbeatS: seconds(5),
   progressS: seconds(15),
+  sessionIdleS: seconds(30 * 60),
   tokenTtlS: seconds(30 * 24 * 3600),
   skillsRoots: z.array(z.string()).default([]),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -59,6 +60,7 @@ const SOURCE_NAMES: Record<string, string> = {
   terminateGraceS: 'BEIDOU_TERMINATE_GRACE_S',
   spawnerHeartbeatS: 'BEIDOU_SPAWNER_HEARTBEAT_S',
   progressS: 'BEIDOU_PROGRESS_S',
+  sessionIdleS: 'BEIDOU_SESSION_IDLE_S',
   tokenTtlS: 'BEIDOU_TOKEN_TTL_S',
   logLevel: 'BEIDOU_LOG_LEVEL',
 };
@@ -94,6 +96,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     terminateGraceS: emptyToUndefined(env.BEIDOU_TERMINATE_GRACE_S),
     spawnerHeartbeatS: emptyToUndefined(env.BEIDOU_SPAWNER_HEARTBEAT_S),
     progressS: emptyToUndefined(env.BEIDOU_PROGRESS_S),
+    sessionIdleS: emptyToUndefined(env.BEIDOU_SESSION_IDLE_S),
     tokenTtlS: emptyToUndefined(env.BEIDOU_TOKEN_TTL_S),
     skillsRoots: (emptyToUndefined(env.BEIDOU_SKILLS) ?? '').split(path.delimiter).filter((s) => s.length > 0),
     logLevel: emptyToUndefined(env.BEIDOU_LOG_LEVEL),

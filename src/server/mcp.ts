@@ -36,6 +36,9 @@ interface McpSession {
   agentId: string;
   server: Server;
   transport: Transport;
+  /** Requests (and GET streams) open on it, and when it last had one: for idle expiry. */
+  open: number;
+  lastSeen: number;
 }
 
 export class McpSessions {
@@ -45,6 +48,7 @@ export class McpSessions {
   /** POSTs whose response is not yet written: shutdown lets them finish first. */
   private openPosts = 0;
   private postsDrained: Array<() => void> = [];
+  private sweeper: NodeJS.Timeout | null = null;
   /** Computed once: every session lists the same tools. */
   private readonly toolList;
 
@@ -78,6 +82,23 @@ export class McpSessions {
           .catch(() => undefined);
       }
     });
+  }
+
+  /**
+   * Streamable HTTP sessions outlive their requests; one with nothing open and no request
+   * for BEIDOU_SESSION_IDLE_S is closed (a client that comes back initializes anew).
+   */
+  startExpiry(): void {
+    const idleMs = this.services.config.sessionIdleS * 1000;
+    this.sweeper = setInterval(() => this.expireIdle(Date.now() - idleMs), Math.min(60_000, idleMs / 2));
+    this.sweeper.unref();
+  }
+
+  private expireIdle(cutoff: number): void {
+    for (const session of this.sessions.values()) {
+      if (!(session.transport instanceof StreamableHTTPServerTransport)) continue; // SSE ends with its stream
+      if (session.open === 0 && session.lastSeen < cutoff) void session.server.close().catch(() => undefined);
+    }
   }
 
   get size(): number {
@@ -156,7 +177,11 @@ export class McpSessions {
         if (!session) return jsonRpcError(res, 404, -32001, 'Session not found; initialize a new session');
         if (session.agentId !== agentId) return forbidden(res);
         const connection = new AbortController();
+        session.open++;
+        session.lastSeen = Date.now();
         res.on('close', () => {
+          session.open--;
+          session.lastSeen = Date.now();
           if (!res.writableFinished) connection.abort();
         });
         await requestConnection.run(connection.signal, () =>
@@ -170,7 +195,7 @@ export class McpSessions {
       const server = this.newServer(agentId);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => this.add({ id, agentId, server, transport }),
+        onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: Date.now() }),
       });
       transport.onclose = () => {
         if (transport.sessionId) this.remove(transport.sessionId);
@@ -187,7 +212,7 @@ export class McpSessions {
       const transport = new SSEServerTransport('/messages', res);
       const server = this.newServer(agentId);
       const id = transport.sessionId;
-      this.add({ id, agentId, server, transport });
+      this.add({ id, agentId, server, transport, open: 1, lastSeen: Date.now() });
       transport.onclose = () => this.remove(id);
       res.on('close', () => this.remove(id));
       await server.connect(transport);
@@ -224,6 +249,7 @@ export class McpSessions {
   }
 
   async closeAll(): Promise<void> {
+    if (this.sweeper) clearInterval(this.sweeper);
     const all = [...this.sessions.values()];
     await Promise.allSettled(all.map((s) => s.server.close()));
     this.sessions.clear();

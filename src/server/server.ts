@@ -38,6 +38,8 @@ export interface BeidouServer {
   adminToken: string;
   adminTokenFile: string | null;
   services: Services;
+  /** Open MCP sessions (Streamable HTTP and SSE), for observability and tests. */
+  mcpSessions(): number;
   close(): Promise<void>;
 }
 
@@ -126,6 +128,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const watchdog = new Watchdog(services);
   watchdog.start();
   services.spawners.start();
+  mcp.startExpiry();
 
   let closing: Promise<void> | null = null;
   const close = () =>
@@ -156,6 +159,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
     adminToken,
     adminTokenFile: config.adminToken ? null : paths.adminToken,
     services,
+    mcpSessions: () => mcp.size,
     close,
   };
 }
