@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
+import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
 
 /**
  * The seed's topology walkthrough, end to end over HTTP: every agent is a real MCP client
@@ -15,9 +15,9 @@ describe('topology walkthrough', () => {
     removeHome(ts.home);
   });
 
-  const ok = <T = any>(r: { ok: boolean; value?: T; error?: unknown }): T => {
+  const ok = (r: ToolOutcome): any => {
     if (!r.ok) throw new Error(`expected success, got ${JSON.stringify(r.error)}`);
-    return r.value as T;
+    return r.value;
   };
   const as = async (agentId: string) => {
     const token = (await ts.api('POST', `/agents/${agentId}/token`, {})).body.token as string;
