@@ -153,7 +153,8 @@ export class JsonlEventLog implements EventLog {
     this.waiters = [];
     const written: Array<{ file: TaskFile; events: StoredEvent[]; end: number }> = [];
     try {
-      await Promise.all(
+      // allSettled: every write has finished (or failed) before a failure cuts the files back.
+      const outcomes = await Promise.allSettled(
         batch.map(async (file) => {
           const lines = file.pendingLines;
           const events = file.pendingEvents;
@@ -169,6 +170,8 @@ export class JsonlEventLog implements EventLog {
           written.push({ file, events, end: file.durableEnd + buf.length });
         }),
       );
+      const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+      if (failed) throw failed.reason;
     } catch (err) {
       // A failed write leaves memory ahead of disk: nothing of this batch was acknowledged,
       // so cut every file of it back to its last durable byte (no torn line may stay to

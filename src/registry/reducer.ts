@@ -372,7 +372,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (e.terminated) {
         agent.launch = null;
         agent.spawner_id = null;
-      } else if (e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') {
+      } else if ((e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') && !agent.terminate_posted) {
+        // (An agent already being terminated keeps its spawner until the spawner acknowledges.)
         agent.parked = true;
         agent.spawner_id = null;
       }

@@ -366,7 +366,8 @@ export class Spawners {
    */
   async report(spawnerId: string, agentId: string, drafts: EventDraft[]): Promise<void> {
     const agent = this.ownAgent(spawnerId, agentId);
-    const escalations = drafts.flatMap((d) =>
+    // Nobody needs telling that an agent already being terminated has stopped.
+    const escalations = agent.terminate_posted ? [] : drafts.flatMap((d) =>
       d.event === 'agent_completed' && (d.stop_reason === 'crash_escalated' || d.stop_reason === 'contract_violation_escalated')
         ? this.escalation(agent, d.stop_reason === 'crash_escalated' ? 'it crashed three times in a row' : 'it exited on its own three times in a row')
         : [],

@@ -190,6 +190,8 @@ class Supervisor {
   private terminating = false;
   /** onExit is deciding what comes next (a restart, an escalation): a terminate waits for it. */
   private exiting = false;
+  /** The termination was acknowledged (at most once). */
+  private finished = false;
   private forced = false;
   private abandoned = false;
   private graceTimer: NodeJS.Timeout | null = null;
@@ -244,7 +246,13 @@ class Supervisor {
       .post(`/agents/${this.id}/started`, { session_id: this.sessionId, resumed: resume })
       .catch((err: unknown) => this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not report the start'));
     for (const d of this.waiting.splice(0)) await this.deliver(d);
-    void proc.exited.then((exit) => this.onExit(proc, exit));
+    void proc.exited
+      .then((exit) => this.onExit(proc, exit))
+      .catch((err: unknown) => {
+        // Could not restart it (e.g. its files could not be written): give it up, loudly.
+        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not restart the agent');
+        void this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent]).then(() => this.giveUp());
+      });
   }
 
   async deliver(d: Deliver): Promise<void> {
@@ -271,7 +279,9 @@ class Supervisor {
   terminate(): void {
     if (this.terminating) return;
     this.terminating = true;
-    if (this.exiting) return; // onExit sees the flag before it restarts anything
+    // Between processes, onExit sees the flag before it restarts anything; once a restart
+    // has spawned the next process, that process is ended like any other.
+    if (this.exiting && !this.proc) return;
     if (!this.proc) return void this.finishTermination();
     this.proc.end();
     const proc = this.proc;
@@ -282,6 +292,8 @@ class Supervisor {
   }
 
   private async finishTermination(): Promise<void> {
+    if (this.finished) return;
+    this.finished = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);
     if (this.forced) await this.report([{ event: 'terminate.forced' } as DrainedEvent]);
     await this.posts;

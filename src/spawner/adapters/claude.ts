@@ -116,7 +116,13 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
       const write = (text: string) => writeLine(userTurn(text));
       if (!spec.resume) write(spec.launch.first_message);
       else if (spec.nudge) write(spec.nudge);
-      void proc.exited.then(() => rmSync(filesDir, { recursive: true, force: true }));
+      void proc.exited.then(() => {
+        try {
+          rmSync(filesDir, { recursive: true, force: true });
+        } catch (err) {
+          opts.logger.warn({ err: (err as Error).message, dir: filesDir }, 'could not remove the agent files');
+        }
+      });
       opts.logger.debug({ agent: spec.launch.agent_id, pid: child.pid }, 'claude started');
       return { ...proc, deliver: (message) => write(message.content) };
     },
