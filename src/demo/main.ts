@@ -40,7 +40,8 @@ export async function runDemo(options: { quiet?: boolean; keepHome?: boolean } =
     say(`task     ${task.task_id} (root ${task.root_agent_id})\n`);
     // Done when the task has ended and every agent's sentinel is consumed, as the durable
     // log says (the registry in memory can be a commit ahead of the disk).
-    const spawned = new Set<string>();
+    // The root was spawned before this subscription began: count it from the start.
+    const spawned = new Set<string>([task.root_agent_id]);
     const consumed = new Set<string>();
     let ended = false;
     await new Promise<void>((resolve) => {
