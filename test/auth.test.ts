@@ -99,7 +99,7 @@ describe('authentication (SPEC §2.2)', () => {
     expect(await api.json()).toMatchObject({ tasks: expect.any(Array) });
     const mcp = await mcpInit(ts, task.token);
     expect(mcp.status).toBe(200);
-    expect(mcp.headers.get('mcp-session-id')).toBeTruthy();
+    expect(mcp.headers.get('mcp-session-id')).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
     expect(await mcp.text()).toContain('"serverInfo"');
     // A token we mint ourselves with the server's secret is as good as the server's own.
     const own = await mint({ sub: task.root_agent_id, task_id: task.task_id });
@@ -189,7 +189,7 @@ describe('authentication (SPEC §2.2)', () => {
     agents.push(agent);
     expect((await agent.call('list_peers')).ok).toBe(true);
     const sessionId = agent.transport.sessionId!;
-    expect(sessionId).toBeTruthy();
+    expect(sessionId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
 
     const terminated = await ts.api('POST', `/tasks/${task.task_id}/terminate`, {});
     expect(terminated).toMatchObject({ status: 200, body: { ok: true } });
@@ -231,7 +231,7 @@ describe('authentication (SPEC §2.2)', () => {
     const agentA = await connectAgent(ts.url, a.token);
     agents.push(agentA);
     const sessionId = agentA.transport.sessionId!;
-    expect(sessionId).toBeTruthy();
+    expect(sessionId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
 
     const headers = { ...bearer(b.token), 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-06-18' };
     const listed = await post(`${ts.url}/mcp`, { jsonrpc: '2.0', id: 7, method: 'tools/list', params: {} }, headers);
@@ -304,7 +304,7 @@ describe('authentication (SPEC §2.2)', () => {
       const other = await createTask(ts);
       expect(postedTo?.pathname).toBe('/messages');
       const sessionId = postedTo!.searchParams.get('sessionId')!;
-      expect(sessionId).toBeTruthy();
+      expect(sessionId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
       const hijack = await post(`${ts.url}/messages?sessionId=${encodeURIComponent(sessionId)}`, { jsonrpc: '2.0', id: 9, method: 'tools/list', params: {} }, bearer(other.token));
       expect(hijack.status).toBe(403);
       await hijack.body?.cancel();

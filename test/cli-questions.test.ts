@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
+import { until } from './support/poll.js';
 
 /**
  * `beidou questions`, `beidou answer` and `beidou stats rebuild` as a person runs them: child
@@ -44,16 +45,6 @@ function beidou(args: string[], env: Record<string, string> = {}): Promise<Run> 
   });
 }
 
-/** Polls until probe returns a value, or fails after the deadline naming what was awaited. */
-async function until<T>(what: string, probe: () => Promise<T | undefined>, deadlineMs = 10_000): Promise<T> {
-  const end = Date.now() + deadlineMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 interface Pending {
   qid: string;

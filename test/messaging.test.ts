@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
+import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
 
 describe('messaging over MCP', () => {
   let ts: TestServer;
@@ -30,9 +30,8 @@ describe('messaging over MCP', () => {
     expect(team.ok).toBe(true);
     if (!team.ok) throw new Error('unreachable');
     const [fe, be] = team.value.members as Array<{ agent_id: string }>;
-    const tokenFor = async (id: string) => (await ts.api('POST', `/agents/${id}/token`, {})).body.token as string;
-    const a = await connectAgent(ts.url, await tokenFor(fe!.agent_id));
-    const b = await connectAgent(ts.url, await tokenFor(be!.agent_id));
+    const a = await connectAgent(ts.url, await agentToken(ts, fe!.agent_id));
+    const b = await connectAgent(ts.url, await agentToken(ts, be!.agent_id));
     agents.push(a, b);
     return { task, root, a, b, aId: fe!.agent_id, bId: be!.agent_id, teamId: team.value.team_id as string };
   }

@@ -7,6 +7,7 @@ import { invokePrimitive } from '../src/primitives/invoke.js';
 import type { ToolContext } from '../src/primitives/define.js';
 import { durableEvents, eventsNamed, type AnyEvent } from './support/events.js';
 import {
+  agentToken,
   connectAgent,
   createTask,
   removeHome,
@@ -73,9 +74,7 @@ describe('plans, spawning and reviews: error codes', () => {
 
   /** A real MCP client for an agent the server registered, with a token minted for it. */
   async function connectAs(agentId: string): Promise<TestAgent> {
-    const res = await ts.api('POST', `/agents/${agentId}/token`, {});
-    expect(res.status).toBe(200);
-    const agent = await connectAgent(ts.url, res.body.token as string);
+    const agent = await connectAgent(ts.url, await agentToken(ts, agentId));
     agents.push(agent);
     return agent;
   }

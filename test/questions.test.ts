@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
+import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
+import { until } from './support/poll.js';
 
 /**
  * ask_user, answer_question, escalate_question and the user gateway (tool-surface.md; SPEC §2.4
@@ -59,16 +60,6 @@ const YES_NO: Question = {
 
 const FREE: Question = { question: 'What is the deadline?', header: 'Deadline', multiSelect: false, options: [] };
 
-/** Polls until probe returns a value, or fails after the deadline naming what was awaited. */
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, deadlineMs = 10_000): Promise<T> {
-  const end = Date.now() + deadlineMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 describe('questions: ask_user, answer_question, escalate_question and the user gateway', () => {
   let ts: TestServer;
@@ -100,11 +91,7 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     return agent;
   }
 
-  async function tokenFor(agentId: string): Promise<string> {
-    const res = await ts.api('POST', `/agents/${agentId}/token`, {});
-    expect(res.status).toBe(200);
-    return res.body.token as string;
-  }
+  const tokenFor = (agentId: string) => agentToken(ts, agentId);
 
   function must<T>(outcome: ToolOutcome<T>): T {
     if (!outcome.ok) throw new Error(`tool failed: ${JSON.stringify(outcome.error)}`);

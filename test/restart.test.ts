@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
+import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
 
 describe('restart on the same home', () => {
   let ts: TestServer | undefined;
@@ -28,8 +28,8 @@ describe('restart on the same home', () => {
     });
     if (!team.ok) throw new Error(JSON.stringify(team.error));
     const [writer, editor] = team.value.members as Array<{ agent_id: string }>;
-    const writerToken = (await ts.api('POST', `/agents/${writer!.agent_id}/token`, {})).body.token as string;
-    const editorToken = (await ts.api('POST', `/agents/${editor!.agent_id}/token`, {})).body.token as string;
+    const writerToken = await agentToken(ts, writer!.agent_id);
+    const editorToken = await agentToken(ts, editor!.agent_id);
     const w = await connectAgent(ts.url, writerToken);
     const e = await connectAgent(ts.url, editorToken);
     agents.push(w, e);

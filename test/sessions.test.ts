@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { connectAgent, createTask, removeHome, startTestServer, type TestServer } from './support/server.js';
+import { until } from './support/poll.js';
 
 describe('MCP sessions', () => {
   let ts: TestServer;
@@ -7,15 +8,6 @@ describe('MCP sessions', () => {
     await ts.close();
     removeHome(ts.home);
   });
-
-  /** Resolves once `check` holds, testing it on each tick of the event loop, up to a deadline. */
-  async function until(check: () => boolean, what: string, ms = 5_000): Promise<void> {
-    const deadline = Date.now() + ms;
-    while (!check()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
 
   it('expires a Streamable HTTP session left idle with nothing open, and keeps one with an open stream', async () => {
     ts = await startTestServer({ env: { BEIDOU_SESSION_IDLE_S: '0.3' } });
@@ -32,7 +24,7 @@ describe('MCP sessions', () => {
     // The SDK client keeps a GET stream open: that session is in use and must stay.
     const sdk = await connectAgent(ts.url, task.token);
     expect(ts.server.mcpSessions()).toBe(2);
-    await until(() => ts.server.mcpSessions() === 1, 'the idle session to expire');
+    await until('the idle session to expire', () => (ts.server.mcpSessions() === 1 ? true : undefined), 5_000);
     const stale = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': sessionId }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }) });
     expect(stale.status).toBe(404);
     expect((await sdk.call('list_peers')).ok).toBe(true);
@@ -45,7 +37,7 @@ describe('MCP sessions', () => {
     const agent = await connectAgent(ts.url, task.token);
     expect(ts.server.mcpSessions()).toBe(1);
     await ts.api('POST', `/tasks/${task.task_id}/terminate`, {});
-    await until(() => ts.server.mcpSessions() === 0, 'the session to close');
+    await until('the session to close', () => (ts.server.mcpSessions() === 0 ? true : undefined), 5_000);
     await agent.close().catch(() => undefined);
   });
 });

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
+import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
 
 /**
  * The seed's topology walkthrough, end to end over HTTP: every agent is a real MCP client
@@ -20,7 +20,7 @@ describe('topology walkthrough', () => {
     return r.value;
   };
   const as = async (agentId: string) => {
-    const token = (await ts.api('POST', `/agents/${agentId}/token`, {})).body.token as string;
+    const token = await agentToken(ts, agentId);
     const client = await connectAgent(ts.url, token);
     clients.push(client);
     return { client, token };

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { durableEvents, eventsNamed, waitForEvent, type AnyEvent } from './support/events.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
+import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
 
 /**
  * The server's watchdog (SPEC §4) with short intervals: pass A (a pending review pings the
@@ -41,9 +41,7 @@ describe('watchdog', () => {
   }
 
   async function connectAs(agentId: string): Promise<TestAgent> {
-    const res = await ts.api('POST', `/agents/${agentId}/token`, {});
-    expect(res.status).toBe(200);
-    const agent = await connectAgent(ts.url, res.body.token as string);
+    const agent = await connectAgent(ts.url, await agentToken(ts, agentId));
     agents.push(agent);
     return agent;
   }

@@ -328,8 +328,6 @@ export type EventDraft = {
 /** What the log stores and returns: the draft plus its place in the task's sequence. */
 export type StoredEvent = EventDraft & { seq: number; ts: number };
 
-export type StoredEventOf<N extends EventName> = Extract<StoredEvent, { event: N }>;
-
 export const eventEnvelope = z.object({
   seq: z.number().int().positive(),
   ts: z.number(),

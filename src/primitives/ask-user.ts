@@ -31,7 +31,7 @@ export const askUser = definePrimitive({
     const { question, answered: answer } = await gateway.ask(caller, questions, context ?? null, AbortSignal.any([signal, stopping]));
     const qid = question.qid;
     const where = () => {
-      const holder = gateway.get(qid)?.chain.at(-1);
+      const holder = gateway.holder(gateway.get(qid)!);
       return holder === USER ? 'the user' : `agent ${holder}`;
     };
     const tell = () => progress(`question ${qid} is waiting for ${where()}`).catch(() => undefined);

@@ -15,10 +15,6 @@ export class KeyedLock {
       this.held.delete(key);
     }
   }
-
-  isHeld(key: string): boolean {
-    return this.held.has(key);
-  }
 }
 
 /**

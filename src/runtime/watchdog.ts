@@ -1,6 +1,6 @@
 import type { EventDraft } from '../events/catalogue.js';
 import { directChildren } from '../registry/queries.js';
-import { BEIDOU, USER, type AgentRecord, type PendingHandoff } from '../registry/state.js';
+import { BEIDOU, USER, type AgentRecord, type PendingHandoff, type QuestionRecord } from '../registry/state.js';
 import type { Services } from './services.js';
 
 /** Pings (pass A) or nudges (pass B) before the third strike escalates to the user. */
@@ -39,7 +39,7 @@ export class Watchdog {
         if (task.status !== 'running') continue;
         for (const [pass, run] of [
           ['A', () => this.passA(task.agent_ids)],
-          ['B', () => this.passB(task.agent_ids)],
+          ['B', () => this.passB(task.agent_ids, task.question_ids)],
         ] as const) {
           try {
             await run();
@@ -100,9 +100,10 @@ export class Watchdog {
     }
   }
 
-  private async passB(agentIds: readonly string[]): Promise<void> {
+  private async passB(agentIds: readonly string[], questionIds: readonly string[]): Promise<void> {
     const { registry, config, clock, ids, gateway, activity } = this.services;
-    const questions = [...registry.state.questions.values()].filter((q) => q.status === 'pending');
+    // This task's pending questions only: the pass runs per task.
+    const questions = questionIds.map((id) => registry.state.questions.get(id)).filter((q) => q?.status === 'pending') as QuestionRecord[];
     for (const agent of this.live(agentIds)) {
       const isRoot = agent.leader_id === USER;
       const children = directChildren(registry.state, agent).filter((c) => !c.terminate_consumed);

@@ -6,6 +6,7 @@ import { createTask, terminateCascade } from '../runtime/agents.js';
 import { postMessage } from '../runtime/messages.js';
 import type { Services } from '../runtime/services.js';
 import { SkillLoadError } from '../skills/loader.js';
+import { PrimitiveError } from '../primitives/errors.js';
 import { USER } from '../registry/state.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
@@ -164,25 +165,25 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     }));
   });
 
+  /** The gateway refuses a settled question as `stale`; the REST contract calls it 409 `already_answered`. */
+  const asUser = async (fn: () => Promise<unknown>) => {
+    try {
+      await fn();
+    } catch (err) {
+      if (err instanceof PrimitiveError && err.code === 'stale') throw new ApiError(409, 'already_answered', err.message, err.details);
+      throw err;
+    }
+  };
+
   api.post('/questions/:qid/answer', admin, async (req, res) => {
     const { answers } = parseOr400(answerBody, req.body);
-    const qid = param(req, 'qid');
-    const question = services.gateway.get(qid);
-    if (question && question.status !== 'pending') {
-      throw new ApiError(409, 'already_answered', `question ${qid} was already ${question.status}`);
-    }
-    await services.gateway.answer(USER, qid, answers, null);
+    await asUser(() => services.gateway.answer(USER, param(req, 'qid'), answers, null));
     res.json({ ok: true });
   });
 
   api.post('/questions/:qid/decline', admin, async (req, res) => {
     const { reason } = parseOr400(declineBody, req.body);
-    const qid = param(req, 'qid');
-    const question = services.gateway.get(qid);
-    if (question && question.status !== 'pending') {
-      throw new ApiError(409, 'already_answered', `question ${qid} was already ${question.status}`);
-    }
-    await services.gateway.decline(qid, reason);
+    await asUser(() => services.gateway.decline(param(req, 'qid'), reason));
     res.json({ ok: true });
   });
 

@@ -80,3 +80,10 @@ export async function createTask(ts: TestServer, body: Record<string, unknown> =
   if (res.status !== 201) throw new Error(`task creation failed: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body as { task_id: string; root_agent_id: string; token: string; mcp_url: string };
 }
+
+/** A fresh token for a registered agent, minted through the admin API. */
+export async function agentToken(ts: TestServer, agentId: string): Promise<string> {
+  const res = await ts.api('POST', `/agents/${agentId}/token`, {});
+  if (res.status !== 200) throw new Error(`token for ${agentId}: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body.token as string;
+}
