@@ -14,7 +14,8 @@ import type { Services } from './services.js';
  * none touches state directly.
  */
 
-export function displayName(role: string | null, agentId: string): string {
+/** A new agent's display name: its role as a slug plus the id's tail, e.g. `writer-3256`. */
+export function agentName(role: string | null, agentId: string): string {
   const slug = (role ?? 'root')
     .toLowerCase()
     .replace(/[^a-z0-9]+/g, '-')
@@ -48,7 +49,7 @@ export function teamWorkspace(projectWorkspace: string, teamId: string): string 
 
 /** `agent_spawned` and, when launched, `launch.requested` with the assembled prompt. */
 export function agentDrafts(spec: AgentSpec): EventDraft[] {
-  const name = displayName(spec.role, spec.agentId);
+  const name = agentName(spec.role, spec.agentId);
   const workspacePath = spec.team ? teamWorkspace(spec.projectWorkspace, spec.team.team_id) : spec.projectWorkspace;
   const model = spec.model ?? spec.skill.model;
   const drafts: EventDraft[] = [

@@ -77,7 +77,7 @@ export class Inboxes {
   }
 
   /** The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`. */
-  deliveredText(message: InboxMessage): string {
+  deliveredText(message: Pick<InboxMessage, 'from' | 'content'>): string {
     return `[from ${this.displayName(message.from)} (${message.from})] ${message.content}`;
   }
 

@@ -66,7 +66,7 @@ export function hookApi(services: Services, auth: Authenticator): Router {
   const handOver = async (req: Request) => {
     const agent = caller(req);
     const messages = await inboxes.take(agent, 'hook');
-    const text = messages.map((m) => `[from ${m.from_name} (${m.from})] ${m.content}`).join('\n\n');
+    const text = messages.map((m) => inboxes.deliveredText(m)).join('\n\n');
     return { messages, text };
   };
 
