@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { PrimitiveError } from '../src/primitives/errors.js';
+import { DomainError } from '../src/domain/errors.js';
 import type { QuestionItem } from '../src/registry/state.js';
-import { renderAnswerText, validateAnswers, type AnswerInput } from '../src/runtime/answers.js';
+import { renderAnswerText, validateAnswers, type AnswerInput } from '../src/domain/answers.js';
 
 /**
  * The answer side of ask_user (tool-surface.md, ask_user "answer_text rendering rules" and the
@@ -39,15 +39,15 @@ function answerText(questions: QuestionItem[], input: AnswerInput[]): string {
   return renderAnswerText(questions, validateAnswers(questions, input));
 }
 
-/** The PrimitiveError a call throws (fails the test if it does not throw one). */
-function errorOf(fn: () => unknown): PrimitiveError {
+/** The DomainError a call throws (fails the test if it does not throw one). */
+function errorOf(fn: () => unknown): DomainError {
   try {
     fn();
   } catch (err) {
-    expect(err).toBeInstanceOf(PrimitiveError);
-    return err as PrimitiveError;
+    expect(err).toBeInstanceOf(DomainError);
+    return err as DomainError;
   }
-  throw new Error('expected a PrimitiveError, but nothing was thrown');
+  throw new Error('expected a DomainError, but nothing was thrown');
 }
 
 describe('renderAnswerText (seed rendering rules)', () => {

@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SkillCatalog, SkillLoadError } from '../src/skills/loader.js';
-import { assemblePrompt, firstMessage } from '../src/skills/prompt.js';
+import { assemblePrompt, firstMessage } from '../src/domain/prompt.js';
 import { PACKAGE_ROOT } from '../src/util/version.js';
 import { removeHome, tempHome } from './support/server.js';
 

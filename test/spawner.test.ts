@@ -96,7 +96,7 @@ describe('spawner', () => {
     const db = new Database(path.join(ts!.home, 'stats.db'), { readonly: true });
     try {
       // Rollups are batched off the hot path; flush the batch rather than wait for its timer.
-      ts!.server.services.rollups.flush();
+      ts!.server.rollups.flush();
       const agent = db.prepare('SELECT * FROM agents WHERE agent_id = ?').get(task.root_agent_id);
       expect(agent).toMatchObject({ input_tokens: 150, output_tokens: 15, cost_usd: 0.25, tool_calls: 1, llm_calls: 2 });
     } finally {

@@ -8,12 +8,12 @@ import { z } from 'zod';
 import { loadConfig } from '../config.js';
 import { definePrimitive, type AnyPrimitive } from '../primitives/define.js';
 import { PRIMITIVES } from '../primitives/index.js';
-import { createTask } from '../runtime/agents.js';
+import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
 import type { Figures, Job } from './clients.js';
 
 /**
- * `npm run bench`: prints figures for SPEC §7. send_message over Streamable HTTP with 50
+ * `npm run bench`: prints the README's performance figures. send_message over Streamable HTTP with 50
  * concurrent agents next to a no-op tool on the same stack (the floor), send→delivery
  * latency next to the floor's round trip, 1,000 connected agents, and replay of 100,000
  * events on start. Clients run in a child process. Figures, not assertions.
@@ -80,7 +80,8 @@ async function withServer<T>(fn: (server: BeidouServer, home: string) => Promise
 async function team(server: BeidouServer, n: number) {
   const { services } = server;
   const skill = services.skills.load('worker');
-  const { taskId, rootAgentId } = await createTask(services, { task: 'bench', skill, model: null, name: 'bench', workspace: null, spawn: false });
+  const { taskId, rootAgentId, drafts } = newTask(services.domain, { task: 'bench', skill, model: null, name: 'bench', workspace: null, spawn: false });
+  await services.registry.commit(drafts);
   const { createTeam } = await import('../primitives/create-team.js');
   const root = services.registry.agent(rootAgentId)!;
   const out = await createTeam.handler(

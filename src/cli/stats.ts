@@ -1,9 +1,9 @@
 import { existsSync, rmSync } from 'node:fs';
 import { ConfigError, homePaths, loadConfig } from '../config.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
-import { SqliteRollups } from '../events/rollups.js';
+import { SqliteRollups } from '../registry/rollups.js';
 import { Registry } from '../registry/registry.js';
-import { systemClock } from '../util/ids.js';
+import { systemClock } from '../util/clock.js';
 import { CliError } from './client.js';
 
 /**

@@ -36,6 +36,12 @@ export const answerSchema = z.object({
   text: z.string().nullable(),
 });
 
+/**
+ * Who put a message in an inbox: a peer agent (`message`, by `send_message`), the user
+ * (`user`), or the server routing something (`inbox.posted`: the rest). Deliveries carry it.
+ */
+export type InboxKind = 'message' | 'user' | 'system' | 'review_report' | 'termination_request' | 'question' | 'answer';
+
 export const EVENT_FIELDS = {
   /** Standalone: a task and its root agent came into being. */
   task_created: z.object({

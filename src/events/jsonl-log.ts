@@ -12,7 +12,7 @@ import {
 } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import type { Clock } from '../util/ids.js';
+import type { Clock } from '../util/clock.js';
 import type { EventDraft, StoredEvent } from './catalogue.js';
 import { EventLogFailedError, type AppendResult, type EventListener, type EventLog } from './log.js';
 

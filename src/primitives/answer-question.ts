@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import * as routing from '../domain/questions.js';
 import { definePrimitive } from './define.js';
 
 export const answerQuestion = definePrimitive({
@@ -27,7 +28,7 @@ export const answerQuestion = definePrimitive({
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   allowedDuringReview: true,
   async handler({ qid, answers, reason }, { services, caller }) {
-    await services.gateway.answer(caller, qid, answers, reason);
+    await services.registry.commit(routing.answer(services.domain, caller, qid, answers, reason, services.questions.has(qid)));
     return { ok: true as const, qid };
   },
 });

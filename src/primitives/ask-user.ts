@@ -1,8 +1,10 @@
 import { z } from 'zod';
 import { answerSchema, questionSchema } from '../events/catalogue.js';
+import { DomainError } from '../domain/errors.js';
+import * as routing from '../domain/questions.js';
+import { questionHolder } from '../registry/queries.js';
 import { USER } from '../registry/state.js';
 import { definePrimitive } from './define.js';
-import { PrimitiveError } from './errors.js';
 
 export const askUser = definePrimitive({
   name: 'ask_user',
@@ -27,11 +29,14 @@ export const askUser = definePrimitive({
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
   allowedDuringReview: true,
   async handler({ questions, context }, { services, caller, signal, progress }) {
-    const { gateway, config, stopping } = services;
-    const { question, answered: answer } = await gateway.ask(caller, questions, context ?? null, AbortSignal.any([signal, stopping]));
-    const qid = question.qid;
+    const { registry, config, stopping } = services;
+    const { qid, drafts } = routing.ask(services.domain, caller, questions, context ?? null);
+    // The waiter is in place before anyone can see the question, so a fast answer reaches
+    // this call rather than the inbox.
+    const answer = services.questions.wait(qid, AbortSignal.any([signal, stopping]));
+    await registry.commit(drafts);
     const where = () => {
-      const holder = gateway.holder(gateway.get(qid)!);
+      const holder = questionHolder(registry.state.questions.get(qid)!);
       return holder === USER ? 'the user' : `agent ${holder}`;
     };
     const tell = () => progress(`question ${qid} is waiting for ${where()}`).catch(() => undefined);
@@ -45,14 +50,14 @@ export const askUser = definePrimitive({
     }
     if (!answered) {
       // The call ended first (client gone or server stopping); the answer will go to the inbox.
-      throw new PrimitiveError('gateway_unavailable', `the call ended before ${qid} was answered; its answer will arrive in your inbox as [ANSWER ${qid}]`, {
+      throw new DomainError('gateway_unavailable', `the call ended before ${qid} was answered; its answer will arrive in your inbox as [ANSWER ${qid}]`, {
         qid,
         pending: true,
       });
     }
     if (answered.status === 'declined') {
       const reason = answered.audit.at(-1)?.reason ?? '';
-      throw new PrimitiveError('user_declined', `the user declined to answer: ${reason}`, { qid, reason });
+      throw new DomainError('user_declined', `the user declined to answer: ${reason}`, { qid, reason });
     }
     return { qid, answers: answered.answers ?? [], answer_text: answered.answer_text ?? '' };
   },

@@ -1,10 +1,7 @@
 import { z } from 'zod';
-import type { EventDraft } from '../events/catalogue.js';
-import { depthOfTeamLedBy } from '../registry/queries.js';
-import { agentDrafts } from '../runtime/agents.js';
-import { SkillLoadError, type Skill } from '../skills/loader.js';
+import * as agents from '../domain/agents.js';
+import { DomainError } from '../domain/errors.js';
 import { definePrimitive } from './define.js';
-import { PrimitiveError } from './errors.js';
 
 const roleSchema = z.strictObject({
   role: z.string().min(1, 'must not be empty').describe('Display name of the member, e.g. "frontend-engineer".'),
@@ -37,87 +34,14 @@ export const createTeam = definePrimitive({
   }),
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   async handler(input, { services, caller }) {
-    const { registry, config, skills, ids, locks } = services;
+    const { registry, skills, locks, domain } = services;
     const locked = await locks.spawn.tryWith(`create_team:${caller.agent_id}`, async () => {
-      const depth = depthOfTeamLedBy(registry.state, caller);
-      if (depth > config.maxDepth) {
-        throw new PrimitiveError(
-          'depth_exceeded',
-          `a team led by you would be at depth ${depth}, past the cap of ${config.maxDepth}; do the work yourself or hand it back to your leader`,
-          { depth, max_depth: config.maxDepth },
-        );
-      }
-      const loaded: Skill[] = input.roles.map((role, i) => {
-        try {
-          return skills.load(role.skill);
-        } catch (err) {
-          const reason = err instanceof SkillLoadError ? err.message : String(err);
-          throw new PrimitiveError('unknown_skill', `roles[${i}].skill "${role.skill}" does not resolve to a loadable SKILL.md`, {
-            field: `roles[${i}].skill`,
-            skill: role.skill,
-            reason,
-            available: skills.names(),
-          });
-        }
-      });
-      if (input.roles.length > 1 && !input.consensus) {
-        const first = input.roles[0]!;
-        if (input.roles.every((r) => r.skill === first.skill && r.description === first.description)) {
-          throw new PrimitiveError(
-            'duplicate_member_descriptions',
-            'every member has the same skill and description, so they would all do the whole task in parallel; write a distinct description per member, or pass consensus: true if parallel attempts are intended',
-            { members: input.roles.length },
-          );
-        }
-      }
-      const task = registry.task(caller.task_id)!;
-      const teamId = ids.next('tm');
-      const parentTeamId = caller.team_id;
-      const drafts: EventDraft[] = [
-        {
-          event: 'team_created',
-          task_id: caller.task_id,
-          team_id: teamId,
-          name: input.name,
-          leader_id: caller.agent_id,
-          parent_team_id: parentTeamId,
-          depth,
-          task: input.task,
-          rules: input.rules,
-          via: 'create_team',
-        },
-      ];
-      if (depth > config.depthWarning) {
-        drafts.push({ event: 'depth.warning', task_id: caller.task_id, team_id: teamId, depth, max_depth: config.maxDepth });
-      }
-      const team = { team_id: teamId, name: input.name };
-      const members = input.roles.map((role, i) => {
-        const agentId = ids.next('ag');
-        drafts.push(
-          ...agentDrafts({
-            agentId,
-            taskId: caller.task_id,
-            role: role.role,
-            skill: loaded[i]!,
-            description: role.description,
-            model: role.model ?? null,
-            team,
-            leaderId: caller.agent_id,
-            leaderName: caller.name,
-            plan: null,
-            // The originating user task reaches every member as its first message.
-            task: task.text,
-            projectWorkspace: caller.project_workspace_path,
-            launch: true,
-          }),
-        );
-        return { agent_id: agentId, role: role.role };
-      });
+      const { teamId, members, drafts } = agents.createTeam(domain, caller, input, skills);
       await registry.commit(drafts);
       return { team_id: teamId, members };
     });
     if (!locked.acquired) {
-      throw new PrimitiveError('concurrent_create_team', 'you already have a create_team call in flight; wait for it to return', {});
+      throw new DomainError('concurrent_create_team', 'you already have a create_team call in flight; wait for it to return', {});
     }
     return locked.value;
   },

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import * as routing from '../domain/questions.js';
 import { definePrimitive } from './define.js';
 
 export const escalateQuestion = definePrimitive({
@@ -17,7 +18,8 @@ export const escalateQuestion = definePrimitive({
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   allowedDuringReview: true,
   async handler({ qid, reason }, { services, caller }) {
-    const newHolder = await services.gateway.escalate(caller, qid, reason);
+    const { newHolder, drafts } = routing.escalate(services.domain, caller, qid, reason);
+    await services.registry.commit(drafts);
     return { ok: true as const, qid, new_holder: newHolder };
   },
 });

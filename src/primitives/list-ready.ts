@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { activePlan, readyTasks } from '../registry/queries.js';
+import { activePlanOrRefuse } from '../domain/plans.js';
+import { readyTasks } from '../registry/queries.js';
 import { definePrimitive } from './define.js';
-import { PrimitiveError } from './errors.js';
 
 export const listReady = definePrimitive({
   name: 'list_ready',
@@ -12,8 +12,7 @@ export const listReady = definePrimitive({
   outputSchema: z.object({ ready: z.array(z.string()) }),
   annotations: { readOnlyHint: true, openWorldHint: false },
   async handler(_input, { services, caller }) {
-    const plan = activePlan(services.registry.state, caller);
-    if (!plan) throw new PrimitiveError('no_active_plan', 'you have no active plan; declare one with declare_plan');
+    const plan = activePlanOrRefuse(services.domain, caller);
     return { ready: readyTasks(plan) };
   },
 });

@@ -1,8 +1,7 @@
 import { z } from 'zod';
-import { activePlan } from '../registry/queries.js';
-import { markPlanFileRemoved } from '../runtime/plan-files.js';
+import * as plans from '../domain/plans.js';
+import { renameDurably } from '../util/durable-file.js';
 import { definePrimitive } from './define.js';
-import { PrimitiveError } from './errors.js';
 
 export const removePlan = definePrimitive({
   name: 'remove_plan',
@@ -16,20 +15,11 @@ export const removePlan = definePrimitive({
   outputSchema: z.object({ removed_plan_id: z.string() }),
   annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   async handler(_input, { services, caller }) {
-    const { registry, locks } = services;
+    const { registry, locks, domain } = services;
     return locks.plan.with(caller.agent_id, async () => {
-      const plan = activePlan(registry.state, caller);
-      if (!plan) throw new PrimitiveError('no_active_plan', 'you have no active plan');
-      const inFlight = [...plan.tasks.values()].filter((t) => t.status === 'in_flight');
-      if (inFlight.length > 0) {
-        throw new PrimitiveError(
-          'plan_in_use',
-          `tasks ${inFlight.map((t) => t.id).join(', ')} are in flight; approve (terminate_child) or force-terminate their agents first`,
-          { in_flight: inFlight.map((t) => ({ task_id: t.id, agent_id: t.agent_id })) },
-        );
-      }
-      markPlanFileRemoved(plan.plan_path);
-      await registry.commit([{ event: 'plan_removed', task_id: caller.task_id, plan_id: plan.plan_id, owner_agent_id: caller.agent_id }]);
+      const { plan, drafts } = plans.removePlan(domain, caller);
+      renameDurably(plan.plan_path, plans.removedPlanPath(plan.plan_path));
+      await registry.commit(drafts);
       return { removed_plan_id: plan.plan_id };
     });
   },

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { postMessage } from '../runtime/messages.js';
+import { DomainError, invalidInput } from '../domain/errors.js';
+import { postMessage } from '../domain/messages.js';
 import { definePrimitive } from './define.js';
-import { PrimitiveError, invalidInput } from './errors.js';
 
 export const sendMessage = definePrimitive({
   name: 'send_message',
@@ -28,12 +28,13 @@ export const sendMessage = definePrimitive({
     if (to === caller.agent_id) throw invalidInput('to', 'you cannot send a message to yourself');
     const recipient = services.registry.agent(to);
     if (!recipient) {
-      throw new PrimitiveError('unknown_recipient', `no agent ${to} exists; use list_peers to find agent ids`, { to });
+      throw new DomainError('unknown_recipient', `no agent ${to} exists; use list_peers to find agent ids`, { to });
     }
     if (recipient.task_id !== caller.task_id) {
-      throw new PrimitiveError('task_mismatch', `agent ${to} belongs to another task; you can only message agents of your own task`, { to });
+      throw new DomainError('task_mismatch', `agent ${to} belongs to another task; you can only message agents of your own task`, { to });
     }
-    const messageId = await postMessage(services, caller.agent_id, recipient, content);
+    const { messageId, drafts } = postMessage(services.domain, caller.agent_id, recipient, content);
+    await services.registry.commit(drafts);
     return { delivered: true as const, message_id: messageId };
   },
 });

@@ -1,4 +1,4 @@
-import type { RegistryState, AgentRecord, AgentStatus, TeamRecord } from './state.js';
+import { USER, type RegistryState, type AgentRecord, type AgentStatus, type QuestionOrigin, type QuestionRecord, type TeamRecord } from './state.js';
 
 /** Read-only views over the state. Nothing here changes it. */
 
@@ -112,4 +112,22 @@ export function activePlan(state: RegistryState, agent: AgentRecord) {
 /** Ready task ids of a plan, in declaration order. */
 export function readyTasks(plan: { tasks: Map<string, { status: string }> }): string[] {
   return [...plan.tasks].filter(([, t]) => t.status === 'ready').map(([id]) => id);
+}
+
+/** Who holds a question now: the last of its chain (`user` at the gateway). */
+export function questionHolder(q: QuestionRecord): string {
+  return q.chain.at(-1)!;
+}
+
+/** Questions waiting at the user gateway, oldest first. */
+export function pendingAtGateway(state: RegistryState): QuestionRecord[] {
+  return [...state.questions.values()].filter((q) => q.status === 'pending' && questionHolder(q) === USER);
+}
+
+/** Whether a question of the server's about `subjectId` is already waiting (one at a time). */
+export function hasPendingSystemQuestion(state: RegistryState, origin: QuestionOrigin, subjectId: string): boolean {
+  for (const q of state.questions.values()) {
+    if (q.status === 'pending' && q.origin === origin && q.subject_agent_id === subjectId) return true;
+  }
+  return false;
 }

@@ -1,3 +1,4 @@
+import type { InboxKind } from '../events/catalogue.js';
 import type { PlanTaskSpec, PlanTaskStatus } from './plan-graph.js';
 
 /**
@@ -34,8 +35,7 @@ export interface TaskRecord {
   question_ids: string[];
 }
 
-/** Who put a message in an inbox: a peer agent, the user, or the server. */
-export type InboxKind = 'message' | 'user' | 'system' | 'review_report' | 'termination_request' | 'question' | 'answer';
+export type { InboxKind };
 
 export interface InboxMessage {
   message_id: string;

@@ -1,36 +1,27 @@
+import { deliveredView, deliveryDrafts, type DeliveredMessage, type DeliveryPath } from '../domain/messages.js';
 import type { StoredEvent } from '../events/catalogue.js';
 import type { Registry } from '../registry/registry.js';
-import { USER, BEIDOU, type AgentRecord, type InboxMessage } from '../registry/state.js';
-
-export type DeliveryPath = 'read_inbox' | 'spawner' | 'hook';
-
-export interface DeliveredMessage {
-  message_id: string;
-  from: string;
-  from_name: string;
-  kind: InboxMessage['kind'];
-  content: string;
-  ts: number;
-}
+import type { AgentRecord, InboxMessage } from '../registry/state.js';
 
 export type ArrivalListener = (agentId: string, message: InboxMessage) => void;
 
 /**
- * Inbox runtime: wakes blocked readers when a message lands and hands messages over exactly
- * once. An inbox is `sent − delivered` in the registry; taking messages commits one
- * `agent_input` per message synchronously, so two readers racing can never both get one.
+ * The inboxes' runtime side: which messages are available to take, the readers blocked on
+ * an empty inbox, and hand-over exactly once. An inbox is `sent − delivered` in the
+ * registry; taking messages commits one `agent_input` each synchronously, so two readers
+ * racing can never both get one. A message pushed to a spawner is reserved for it until
+ * the spawner acknowledges it, so `read_inbox` and the hook skip it meanwhile.
  */
 export class Inboxes {
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly arrivalListeners = new Set<ArrivalListener>();
-  /** Messages already handed to another delivery path (a spawner) that must not be taken again. */
-  private reserved: (agentId: string, messageId: string) => boolean = () => false;
+  /** Per agent: messages handed to its spawner and not yet acknowledged (runtime only). */
+  private readonly reserved = new Map<string, Set<string>>();
 
-  constructor(private readonly registry: Registry) {
-    registry.observe((events) => this.onCommitted(events));
-  }
+  constructor(private readonly registry: Registry) {}
 
-  private onCommitted(events: readonly StoredEvent[]): void {
+  /** In-process observer: wakes blocked readers and tells arrival listeners of each new message. */
+  onApplied(events: readonly StoredEvent[]): void {
     for (const e of events) {
       // Peer and user messages, and what the server routes (reports, questions, answers, pings).
       if (e.event !== 'send_message' && e.event !== 'inbox.posted') continue;
@@ -45,64 +36,45 @@ export class Inboxes {
     }
   }
 
-  setReservation(isReserved: (agentId: string, messageId: string) => boolean): void {
-    this.reserved = isReserved;
-  }
-
-  /** Messages a reader may take: everything waiting, minus what a spawner is delivering. */
-  private available(agent: AgentRecord): InboxMessage[] {
-    return [...agent.inbox.values()].filter((m) => !this.reserved(agent.agent_id, m.message_id));
-  }
-
   /** Wake-up nudges (MCP notifications) subscribe here. */
   onArrival(listener: ArrivalListener): () => void {
     this.arrivalListeners.add(listener);
     return () => this.arrivalListeners.delete(listener);
   }
 
-  displayName(id: string): string {
-    if (id === USER || id === BEIDOU) return id;
-    return this.registry.agent(id)?.name ?? id;
+  /** Messages a reader may take: everything waiting, minus what a spawner is delivering. */
+  private available(agent: AgentRecord): InboxMessage[] {
+    const reserved = this.reserved.get(agent.agent_id);
+    const all = [...agent.inbox.values()];
+    return reserved ? all.filter((m) => !reserved.has(m.message_id)) : all;
   }
 
-  view(message: InboxMessage): DeliveredMessage {
-    return {
-      message_id: message.message_id,
-      from: message.from,
-      from_name: this.displayName(message.from),
-      kind: message.kind,
-      content: message.content,
-      ts: message.ts,
-    };
+  /** Reserves for the agent's spawner every available message, and returns them to push. */
+  reserveForSpawner(agent: AgentRecord): InboxMessage[] {
+    const messages = this.available(agent);
+    if (messages.length === 0) return messages;
+    let reserved = this.reserved.get(agent.agent_id);
+    if (!reserved) this.reserved.set(agent.agent_id, (reserved = new Set()));
+    for (const m of messages) reserved.add(m.message_id);
+    return messages;
   }
 
-  /** The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`. */
-  deliveredText(message: Pick<InboxMessage, 'from' | 'content'>): string {
-    return `[from ${this.displayName(message.from)} (${message.from})] ${message.content}`;
+  /** The spawner acknowledged one message (delivered), or is gone (all of them): others may take them. */
+  release(agentId: string, messageId?: string): void {
+    if (messageId === undefined) this.reserved.delete(agentId);
+    else this.reserved.get(agentId)?.delete(messageId);
   }
 
   peek(agent: AgentRecord): DeliveredMessage[] {
-    return this.available(agent).map((m) => this.view(m));
+    return this.available(agent).map((m) => deliveredView(this.registry.state, m));
   }
 
-  /** Takes every waiting message, oldest first, marking each delivered (durable on resolve). */
+  /** Takes every available message, oldest first, marking each delivered (durable on resolve). */
   async take(agent: AgentRecord, via: DeliveryPath): Promise<DeliveredMessage[]> {
     const messages = this.available(agent);
     if (messages.length === 0) return [];
-    await this.registry.commit(
-      messages.map((m) => ({
-        event: 'agent_input' as const,
-        task_id: agent.task_id,
-        caller_id: agent.agent_id,
-        from: m.from,
-        message_kind: m.kind === 'message' || m.kind === 'user' ? ('user' as const) : ('system' as const),
-        source: 'queue' as const,
-        content: m.content,
-        message_id: m.message_id,
-        via,
-      })),
-    );
-    return messages.map((m) => this.view(m));
+    await this.registry.commit(deliveryDrafts(agent, messages, via));
+    return messages.map((m) => deliveredView(this.registry.state, m));
   }
 
   /** Resolves when a message arrives for the agent, the time is up, or the signal aborts. */

@@ -1,32 +1,34 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
-import type { RollupStore } from '../events/rollups.js';
+import type { DomainContext } from '../domain/context.js';
 import type { TokenService } from '../identity/tokens.js';
 import type { Registry } from '../registry/registry.js';
 import type { SkillCatalog } from '../skills/loader.js';
-import type { Clock, IdSource } from '../util/ids.js';
+import type { Clock } from '../util/clock.js';
+import type { IdSource } from '../util/ids.js';
 import type { Activity } from './activity.js';
 import type { Inboxes } from './inbox.js';
-import type { Questions } from './questions.js';
-import type { Spawners } from './spawners.js';
 import { KeyedLock, KeyedMutex } from './locks.js';
+import type { QuestionWaiters } from './question-waiters.js';
+import type { SpawnerHub } from './spawners/hub.js';
 
 /**
- * Everything a primitive or an API route may use, built once at start and passed down.
- * Time and ids are injected so the reducer and the watchdog are testable without sleeping.
+ * What a tool handler or an HTTP route may use, built once in `server/server.ts`. The
+ * runtime parts below it each take only what they need in their constructors; this bag is
+ * for the top layers. Decisions get `domain` (state, limits, ids) and nothing else.
  */
 export interface Services {
   config: Config;
   registry: Registry;
-  /** Rollups (SQLite by default): derived, batched off the hot path. */
-  rollups: RollupStore;
+  /** The read-only context every decision in `domain/` takes. */
+  domain: DomainContext;
   skills: SkillCatalog;
   tokens: TokenService;
   inboxes: Inboxes;
-  /** Questions and the user gateway. */
-  gateway: Questions;
+  /** Blocked `ask_user` calls. */
+  questions: QuestionWaiters;
   /** The spawners connected to this server and the agents they run. */
-  spawners: Spawners;
+  spawners: SpawnerHub;
   /** Tool calls in flight and the last call per agent (runtime only, for the watchdog). */
   activity: Activity;
   /** Aborts when the server stops: blocked calls end. */

@@ -1,13 +1,14 @@
 import { Router, type Request } from 'express';
 import { createSession } from 'better-sse';
 import { z } from 'zod';
-import type { StoredEvent } from '../events/catalogue.js';
-import { createTask, terminateCascade } from '../runtime/agents.js';
-import { postMessage } from '../runtime/messages.js';
-import type { Services } from '../runtime/services.js';
-import { SkillLoadError } from '../skills/loader.js';
-import { PrimitiveError } from '../primitives/errors.js';
+import { newTask, terminationDrafts } from '../domain/agents.js';
+import { DomainError } from '../domain/errors.js';
+import { postMessage } from '../domain/messages.js';
+import * as routing from '../domain/questions.js';
+import type { EventDraft, StoredEvent } from '../events/catalogue.js';
+import { pendingAtGateway } from '../registry/queries.js';
 import { USER } from '../registry/state.js';
+import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
 import { ApiError, parseOr400 } from './http-errors.js';
@@ -36,9 +37,9 @@ const eventsQuery = z.object({
   limit: z.coerce.number().int().min(1).max(10_000).default(1_000),
 });
 
-/** The admin REST API (SPEC §2.4). Thin: parse, call a domain operation, render a view. */
+/** The admin REST API (docs/api.md). Thin: parse, decide (domain/), commit, render a view. */
 export function adminApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
-  const { registry, tokens, skills, ids } = services;
+  const { registry, tokens, skills, ids, domain } = services;
   const api = Router();
 
   api.get('/health', (_req, res) => {
@@ -49,25 +50,15 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
 
   api.post('/tasks', admin, async (req, res) => {
     const body = parseOr400(createTaskBody, req.body);
-    let skill;
-    try {
-      skill = skills.load(body.skill);
-    } catch (err) {
-      const reason = err instanceof SkillLoadError ? err.message : String(err);
-      throw new ApiError(400, 'unknown_skill', `skill "${body.skill}" does not resolve to a loadable SKILL.md`, {
-        field: 'skill',
-        reason,
-        available: skills.names(),
-      });
-    }
-    const { taskId, rootAgentId } = await createTask(services, {
+    const { taskId, rootAgentId, drafts } = newTask(domain, {
       task: body.task,
-      skill,
+      skill: skills.require(body.skill, 'skill'),
       model: body.model ?? null,
       name: body.name ?? null,
       workspace: body.workspace ?? null,
       spawn: body.spawn,
     });
+    await registry.commit(drafts);
     const token = await tokens.mintAgent(rootAgentId, taskId);
     res.status(201).json({ task_id: taskId, root_agent_id: rootAgentId, token, mcp_url: mcpUrl(req) });
   });
@@ -101,7 +92,7 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     if (task.status !== 'running' || root.terminate_posted) {
       throw new ApiError(409, 'already_terminating', `task ${task.task_id} is already ${task.status === 'running' ? 'terminating' : task.status}`);
     }
-    await terminateCascade(services, USER, root, 'admin');
+    await registry.commit(terminationDrafts(registry.state, USER, root, 'admin'));
     res.json({ ok: true });
   });
 
@@ -145,7 +136,8 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   api.post('/agents/:id/send', admin, async (req, res) => {
     const { content } = parseOr400(sendBody, req.body);
     const agent = agentOr404(param(req, 'id'));
-    const messageId = await postMessage(services, USER, agent, content);
+    const { messageId, drafts } = postMessage(domain, USER, agent, content);
+    await registry.commit(drafts);
     res.json({ ok: true, message_id: messageId });
   });
 
@@ -159,31 +151,35 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   });
 
   api.get('/questions/pending', admin, (_req, res) => {
-    res.json(services.gateway.pendingAtGateway().map((q) => {
+    res.json(pendingAtGateway(registry.state).map((q) => {
       const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } = questionView(q);
       return { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at };
     }));
   });
 
-  /** The gateway refuses a settled question as `stale`; the REST contract calls it 409 `already_answered`. */
-  const asUser = async (fn: () => Promise<unknown>) => {
+  /** A settled question is refused as `stale`; the REST contract calls it 409 `already_answered`. */
+  const asUser = async (decide: () => EventDraft[]) => {
+    let drafts;
     try {
-      await fn();
+      drafts = decide();
     } catch (err) {
-      if (err instanceof PrimitiveError && err.code === 'stale') throw new ApiError(409, 'already_answered', err.message, err.details);
+      if (err instanceof DomainError && err.code === 'stale') throw new ApiError(409, 'already_answered', err.message, err.details);
       throw err;
     }
+    await registry.commit(drafts);
   };
 
   api.post('/questions/:qid/answer', admin, async (req, res) => {
     const { answers } = parseOr400(answerBody, req.body);
-    await asUser(() => services.gateway.answer(USER, param(req, 'qid'), answers, null));
+    const qid = param(req, 'qid');
+    await asUser(() => routing.answer(domain, USER, qid, answers, null, services.questions.has(qid)));
     res.json({ ok: true });
   });
 
   api.post('/questions/:qid/decline', admin, async (req, res) => {
     const { reason } = parseOr400(declineBody, req.body);
-    await asUser(() => services.gateway.decline(param(req, 'qid'), reason));
+    const qid = param(req, 'qid');
+    await asUser(() => routing.decline(domain, qid, reason, services.questions.has(qid)));
     res.json({ ok: true });
   });
 

@@ -1,6 +1,7 @@
 import { Router, type Request } from 'express';
 import { z } from 'zod';
-import { childrenPendingReview } from '../registry/queries.js';
+import { deliveredText } from '../domain/messages.js';
+import { reviewGate } from '../domain/reviews.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
 import { parseOr400 } from './http-errors.js';
@@ -8,7 +9,7 @@ import { parseOr400 } from './http-errors.js';
 /**
  * What `beidou hook` asks the server (agent tokens): whether a Claude Code tool may run,
  * and the inbox messages to hand over after a tool call or instead of stopping. This is the
- * second delivery path of SPEC §3, for Claude Code sessions no spawner runs.
+ * delivery path for Claude Code sessions no spawner runs (docs/claude-code.md).
  */
 
 /** Shadow tools that compete with Beidou primitives, and what to use instead. */
@@ -17,7 +18,7 @@ export const FORBIDDEN_TOOLS: Record<string, string> = {
   TodoWrite: 'track work with mcp__beidou__declare_plan and hand it over with mcp__beidou__signal_review',
 };
 
-/** Claude Code tools a leader keeps while a child's review waits on it (SPEC §3). */
+/** Claude Code tools a leader keeps while a child's review waits on it (docs/tools.md, the review gate). */
 const REVIEW_GATE_TOOLS = new Set(['Read', 'Glob', 'Grep', 'Bash']);
 
 const preToolBody = z.object({ tool_name: z.string().min(1), tool_input: z.unknown().optional() });
@@ -50,14 +51,14 @@ export function hookApi(services: Services, auth: Authenticator): Router {
         reason: 'Ask with mcp__beidou__ask_user instead (same question shape): it goes to your leader first, who answers or escalates it to the user.',
       });
     }
-    const pending = childrenPendingReview(registry.state, agent);
     // Beidou's own tools are gated by the server when called; here only Claude Code's.
-    if (pending.length > 0 && !tool_name.startsWith('mcp__beidou__') && !REVIEW_GATE_TOOLS.has(tool_name)) {
-      await registry.commit([{ event: 'review_gate.denied', ...base, tool_name, pending_child_ids: pending.map((c) => c.agent_id) }]);
-      const names = pending.map((c) => `${c.name} (${c.agent_id})`).join(', ');
+    const gated = !tool_name.startsWith('mcp__beidou__') && !REVIEW_GATE_TOOLS.has(tool_name);
+    const gate = gated ? reviewGate(services.domain, agent, tool_name) : null;
+    if (gate) {
+      await registry.commit(gate.drafts);
       return void res.json({
         decision: 'deny',
-        reason: `${names} signalled review and waits on you. Approve with mcp__beidou__terminate_child or send rework with mcp__beidou__send_message first; until then only Read, Glob, Grep, Bash and the review tools are allowed.`,
+        reason: `${gate.waiting}. Approve with mcp__beidou__terminate_child or send rework with mcp__beidou__send_message first; until then only Read, Glob, Grep, Bash and the review tools are allowed.`,
       });
     }
     res.json({ decision: 'allow' });
@@ -66,7 +67,7 @@ export function hookApi(services: Services, auth: Authenticator): Router {
   const handOver = async (req: Request) => {
     const agent = caller(req);
     const messages = await inboxes.take(agent, 'hook');
-    const text = messages.map((m) => inboxes.deliveredText(m)).join('\n\n');
+    const text = messages.map((m) => deliveredText(registry.state, m)).join('\n\n');
     return { messages, text };
   };
 

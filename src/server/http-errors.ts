@@ -1,7 +1,6 @@
 import type { Response } from 'express';
 import type { z } from 'zod';
-import { PrimitiveError, type ErrorCode } from '../primitives/errors.js';
-import { zodToInvalidInput } from '../primitives/invoke.js';
+import { DomainError, zodToInvalidInput, type ErrorCode } from '../domain/errors.js';
 
 /** Errors on /api: JSON `{error, message}` (plus `details` when useful) with a fitting status. */
 export class ApiError extends Error {
@@ -29,7 +28,7 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   internal_error: 500,
 };
 
-export function fromPrimitiveError(err: PrimitiveError): ApiError {
+export function fromDomainError(err: DomainError): ApiError {
   return new ApiError(STATUS_BY_CODE[err.code] ?? 409, err.code, err.message, err.details);
 }
 
@@ -40,12 +39,12 @@ export function sendError(res: Response, err: ApiError): void {
 /** Parses a request body or query with a strict zod schema; failures are 400 naming the field. */
 export function parseOr400<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
   const parsed = schema.safeParse(value ?? {});
-  if (!parsed.success) throw fromPrimitiveError(zodToInvalidInput(parsed.error));
+  if (!parsed.success) throw fromDomainError(zodToInvalidInput(parsed.error));
   return parsed.data;
 }
 
 export function toApiError(err: unknown): ApiError | null {
   if (err instanceof ApiError) return err;
-  if (err instanceof PrimitiveError) return fromPrimitiveError(err);
+  if (err instanceof DomainError) return fromDomainError(err);
   return null;
 }

@@ -11,9 +11,12 @@ import {
   isInitializeRequest,
   type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
-import { invokePrimitive } from '../primitives/invoke.js';
-import { PrimitiveError } from '../primitives/errors.js';
+import { DomainError } from '../domain/errors.js';
+import { deliveredText } from '../domain/messages.js';
+import type { StoredEvent } from '../events/catalogue.js';
+import type { InboxMessage } from '../registry/state.js';
 import type { AnyPrimitive } from '../primitives/define.js';
+import { invokePrimitive } from '../primitives/invoke.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
@@ -36,7 +39,7 @@ interface McpSession {
   agentId: string;
   server: Server;
   transport: Transport;
-  /** Requests (and GET streams) open on it, and when it last had one: for idle expiry. */
+  /** Requests (and GET streams) open on it, and when it last had one (clock seconds): for idle expiry. */
   open: number;
   lastSeen: number;
 }
@@ -58,30 +61,32 @@ export class McpSessions {
   ) {
     this.byName = new Map(catalogue.map((p) => [p.name, p]));
     this.toolList = catalogue.map(toolDefinition);
-    // A terminated agent's sessions end with it (its token no longer opens new ones).
-    services.registry.observeDurable((events) => {
-      for (const e of events) {
-        if (e.event !== 'terminate.consumed') continue;
-        for (const session of [...(this.byAgent.get(e.agent_id) ?? [])]) void session.server.close().catch(() => undefined);
-      }
-    });
-    // A wake-up nudge on every open session of the recipient; delivery itself is elsewhere.
-    services.inboxes.onArrival((agentId, message) => {
-      const set = this.byAgent.get(agentId);
-      if (!set) return;
-      const text = services.inboxes.deliveredText(message);
-      for (const session of set) {
-        session.server
-          .notification({
-            method: 'notifications/claude/channel',
-            params: { content: text, meta: { message_id: message.message_id, from: message.from } },
-          })
-          .catch(() => undefined);
-        session.server
-          .sendLoggingMessage({ level: 'info', logger: 'beidou.inbox', data: { message_id: message.message_id, from: message.from, text } })
-          .catch(() => undefined);
-      }
-    });
+  }
+
+  /** Durable observer: a terminated agent's sessions end with it (its token no longer opens new ones). */
+  onDurable(events: readonly StoredEvent[]): void {
+    for (const e of events) {
+      if (e.event !== 'terminate.consumed') continue;
+      for (const session of [...(this.byAgent.get(e.agent_id) ?? [])]) void session.server.close().catch(() => undefined);
+    }
+  }
+
+  /** A wake-up nudge on every open session of the recipient; delivery itself is elsewhere. */
+  notifyArrival(agentId: string, message: InboxMessage): void {
+    const set = this.byAgent.get(agentId);
+    if (!set) return;
+    const text = deliveredText(this.services.registry.state, message);
+    for (const session of set) {
+      session.server
+        .notification({
+          method: 'notifications/claude/channel',
+          params: { content: text, meta: { message_id: message.message_id, from: message.from } },
+        })
+        .catch(() => undefined);
+      session.server
+        .sendLoggingMessage({ level: 'info', logger: 'beidou.inbox', data: { message_id: message.message_id, from: message.from, text } })
+        .catch(() => undefined);
+    }
   }
 
   /**
@@ -89,8 +94,8 @@ export class McpSessions {
    * for BEIDOU_SESSION_IDLE_S is closed (a client that comes back initializes anew).
    */
   startExpiry(): void {
-    const idleMs = this.services.config.sessionIdleS * 1000;
-    this.sweeper = setInterval(() => this.expireIdle(Date.now() - idleMs), Math.min(60_000, idleMs / 2));
+    const idleS = this.services.config.sessionIdleS;
+    this.sweeper = setInterval(() => this.expireIdle(this.now() - idleS), Math.min(60_000, (idleS * 1000) / 2));
     this.sweeper.unref();
   }
 
@@ -99,6 +104,10 @@ export class McpSessions {
       if (!(session.transport instanceof StreamableHTTPServerTransport)) continue; // SSE ends with its stream
       if (session.open === 0 && session.lastSeen < cutoff) void session.server.close().catch(() => undefined);
     }
+  }
+
+  private now(): number {
+    return this.services.clock.now();
   }
 
   get size(): number {
@@ -126,8 +135,8 @@ export class McpSessions {
       const caller = services.registry.agent(agentId);
       if (!primitive || !caller) {
         const error = !caller
-          ? new PrimitiveError('internal_error', 'the calling agent is no longer registered')
-          : new PrimitiveError('invalid_input', `name: no tool named "${request.params.name}"`, { field: 'name' });
+          ? new DomainError('internal_error', 'the calling agent is no longer registered')
+          : new DomainError('invalid_input', `name: no tool named "${request.params.name}"`, { field: 'name' });
         return errorResult(error);
       }
       const progressToken = request.params._meta?.progressToken;
@@ -178,10 +187,10 @@ export class McpSessions {
         if (session.agentId !== agentId) return forbidden(res);
         const connection = new AbortController();
         session.open++;
-        session.lastSeen = Date.now();
+        session.lastSeen = this.now();
         res.on('close', () => {
           session.open--;
-          session.lastSeen = Date.now();
+          session.lastSeen = this.now();
           if (!res.writableFinished) connection.abort();
         });
         await requestConnection.run(connection.signal, () =>
@@ -195,7 +204,7 @@ export class McpSessions {
       const server = this.newServer(agentId);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: Date.now() }),
+        onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: this.now() }),
       });
       transport.onclose = () => {
         if (transport.sessionId) this.remove(transport.sessionId);
@@ -212,7 +221,7 @@ export class McpSessions {
       const transport = new SSEServerTransport('/messages', res);
       const server = this.newServer(agentId);
       const id = transport.sessionId;
-      this.add({ id, agentId, server, transport, open: 1, lastSeen: Date.now() });
+      this.add({ id, agentId, server, transport, open: 1, lastSeen: this.now() });
       transport.onclose = () => this.remove(id);
       res.on('close', () => this.remove(id));
       await server.connect(transport);
@@ -263,7 +272,7 @@ function principalAgent(req: Request): string {
   return p.agentId;
 }
 
-function errorResult(error: PrimitiveError): CallToolResult {
+function errorResult(error: DomainError): CallToolResult {
   return { isError: true, content: [{ type: 'text', text: JSON.stringify(error.toJSON()) }] };
 }
 

@@ -2,26 +2,28 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { homePaths, prepareHome, type Config } from '../config.js';
+import type { DomainContext } from '../domain/context.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
-import { SqliteRollups } from '../events/rollups.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile } from '../identity/secrets.js';
 import { TokenService } from '../identity/tokens.js';
 import { Registry } from '../registry/registry.js';
+import { SqliteRollups, type RollupStore } from '../registry/rollups.js';
+import type { AnyPrimitive } from '../primitives/define.js';
+import { PRIMITIVES } from '../primitives/index.js';
 import { Activity } from '../runtime/activity.js';
 import { Inboxes } from '../runtime/inbox.js';
-import { Questions } from '../runtime/questions.js';
-import { Watchdog } from '../runtime/watchdog.js';
-import { Spawners } from '../runtime/spawners.js';
+import { QuestionWaiters } from '../runtime/question-waiters.js';
 import { newLocks, type Services } from '../runtime/services.js';
+import { SpawnerHub } from '../runtime/spawners/hub.js';
+import { Watchdog } from '../runtime/watchdog.js';
 import { SkillCatalog } from '../skills/loader.js';
-import { randomIds, systemClock, type Clock, type IdSource } from '../util/ids.js';
+import { systemClock, type Clock } from '../util/clock.js';
+import { randomIds, type IdSource } from '../util/ids.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { PACKAGE_ROOT } from '../util/version.js';
 import { buildApp } from './app.js';
 import { Authenticator } from './auth.js';
 import { McpSessions } from './mcp.js';
-import type { AnyPrimitive } from '../primitives/define.js';
-import { PRIMITIVES } from '../primitives/index.js';
 
 export interface StartOptions {
   logger?: Logger;
@@ -38,6 +40,10 @@ export interface BeidouServer {
   adminToken: string;
   adminTokenFile: string | null;
   services: Services;
+  /** The SQLite rollups (batched; `flush()` writes the pending batch now). */
+  rollups: RollupStore;
+  /** The watchdog, whose `tick()` a test can drive with a fake clock. */
+  watchdog: Watchdog;
   /** Open MCP sessions (Streamable HTTP and SSE), for observability and tests. */
   mcpSessions(): number;
   close(): Promise<void>;
@@ -65,42 +71,61 @@ export async function startServer(config: Config, options: StartOptions = {}): P
 
   const log = new JsonlEventLog(paths.events, clock);
   const registry = new Registry(log);
-  const started = Date.now();
+  const openedAt = clock.now();
   await registry.open();
   const rollups = new SqliteRollups(paths.statsDb, registry.state, (err) =>
     logger.error({ err }, 'could not write the rollups (stats.db); `beidou stats rebuild` recreates them'),
   );
   rollups.rebuild();
-  registry.observe((events) => rollups.track(events));
 
   const skills = new SkillCatalog(skillRoots(config));
   for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
 
   const stopping = new AbortController();
   const ids = options.ids ?? randomIds;
-  const base: Omit<Services, 'spawners'> = {
+  const domain: DomainContext = { state: registry.state, config, ids };
+  const tokens = new TokenService(secret, config.tokenTtlS, () => clock.now());
+  const inboxes = new Inboxes(registry);
+  const activity = new Activity();
+  const services: Services = {
     config,
     registry,
-    rollups,
+    domain,
     skills,
-    tokens: new TokenService(secret, config.tokenTtlS, () => clock.now()),
-    inboxes: new Inboxes(registry),
-    gateway: new Questions(registry, ids),
-    activity: new Activity(),
+    tokens,
+    inboxes,
+    questions: new QuestionWaiters(registry, domain),
+    spawners: new SpawnerHub({ registry, domain, inboxes, tokens, skills, clock, logger }),
+    activity,
     stopping: stopping.signal,
     clock,
     ids,
     logger,
     locks: newLocks(),
   };
-  const services: Services = { ...base, spawners: new Spawners(base) };
+  const watchdog = new Watchdog({ registry, domain, config, clock, activity, logger });
   logger.info(
-    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Date.now() - started },
+    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Math.round((clock.now() - openedAt) * 1000) },
     'registry rebuilt from the event logs',
   );
 
   const auth = new Authenticator(adminToken, services.tokens, registry);
   const mcp = new McpSessions(services, options.catalogue ?? PRIMITIVES);
+
+  // Every observer of committed events, here and nowhere else. In-process observers see
+  // events as they are applied; durable ones once they are on disk, because what they do
+  // leaves the process (an answer handed to a blocked call, a command to a spawner, a
+  // session closed).
+  registry.observe((events) => {
+    rollups.track(events);
+    inboxes.onApplied(events);
+  });
+  registry.observeDurable((events) => {
+    services.questions.onDurable(events);
+    services.spawners.onDurable(events);
+    mcp.onDurable(events);
+  });
+  inboxes.onArrival((agentId, message) => mcp.notifyArrival(agentId, message));
   const app = buildApp(services, auth, mcp, stopping.signal);
   const httpServer = http.createServer(app);
   // Long-blocking tool calls (ask_user) must not be cut by Node's default timeouts.
@@ -125,7 +150,6 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const address = httpServer.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
-  const watchdog = new Watchdog(services);
   watchdog.start();
   services.spawners.start();
   mcp.startExpiry();
@@ -159,6 +183,8 @@ export async function startServer(config: Config, options: StartOptions = {}): P
     adminToken,
     adminTokenFile: config.adminToken ? null : paths.adminToken,
     services,
+    rollups,
+    watchdog,
     mcpSessions: () => mcp.size,
     close,
   };

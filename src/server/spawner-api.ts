@@ -1,33 +1,18 @@
 import { Router, type Request } from 'express';
 import { createSession } from 'better-sse';
-import { z } from 'zod';
+import { zodToInvalidInput } from '../domain/errors.js';
+import { NotYourAgent } from '../domain/spawners.js';
 import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../events/catalogue.js';
-import { zodToInvalidInput } from '../primitives/invoke.js';
-import { NotYourAgent, type SpawnerCommand } from '../runtime/spawners.js';
+import { ackBody, eventsBody, INSTANCE_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
-import { ApiError, fromPrimitiveError, parseOr400 } from './http-errors.js';
+import { ApiError, fromDomainError, parseOr400 } from './http-errors.js';
 
 /**
  * The spawner endpoints (spawner tokens only): one SSE stream of commands, and posts for
  * heartbeats, acknowledgements, starts and drained events. docs/spawner-protocol.md has
  * the whole protocol.
  */
-
-const streamQuery = z.object({
-  max_agents: z.coerce.number().int().min(1).max(10_000).default(16),
-  name: z.string().max(200).default(''),
-});
-const ackBody = z.strictObject({
-  type: z.enum(['deliver', 'terminate']),
-  agent_id: z.string().min(1),
-  message_id: z.string().min(1).optional(),
-});
-const startedBody = z.strictObject({ session_id: z.string().min(1).nullable().default(null), resumed: z.boolean().default(false) });
-const eventsBody = z.strictObject({ events: z.array(z.record(z.string(), z.unknown())).min(1).max(1000) });
-
-/** The header carrying a spawner process's instance id. */
-export const INSTANCE_HEADER = 'beidou-spawner-instance';
 
 export function spawnerApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
   const { spawners, registry } = services;
@@ -118,7 +103,7 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
             : { caller_id: agentId };
       const parsed = schema.safeParse({ ...raw, ...identity });
       if (!parsed.success) {
-        const err = fromPrimitiveError(zodToInvalidInput(parsed.error));
+        const err = fromDomainError(zodToInvalidInput(parsed.error));
         throw new ApiError(400, 'invalid_input', `events[${i}] (${name}) ${err.message}`, { field: `events[${i}].${String(err.details?.field ?? '')}` });
       }
       return { event: name, task_id: agent.task_id, ...parsed.data } as EventDraft;

@@ -3,6 +3,7 @@ import path from 'node:path';
 import matter from 'gray-matter';
 import YAML from 'yaml';
 import { z } from 'zod';
+import { DomainError } from '../domain/errors.js';
 
 /**
  * Skills: `SKILL.md` files with YAML front matter (`name`, `version`, `description`,
@@ -120,6 +121,25 @@ export class SkillCatalog {
       throw new SkillLoadError(file, `front matter name "${skill.name}" does not match its folder "${name}"`);
     }
     return skill;
+  }
+
+  /**
+   * A skill a caller named (a tool input, an API body, a plan task): loaded, or refused as
+   * `unknown_skill` naming where it was named (`field`, or a longer `label` for the
+   * message), why it did not load, and what exists.
+   */
+  require(name: string, field: string, label = field): Skill {
+    try {
+      return this.load(name);
+    } catch (err) {
+      const reason = err instanceof SkillLoadError ? err.message : String(err);
+      throw new DomainError('unknown_skill', `${label} "${name}" does not resolve to a loadable SKILL.md`, {
+        field,
+        skill: name,
+        reason,
+        available: this.names(),
+      });
+    }
   }
 
   /** Loads every skill, collecting errors instead of stopping at the first (for start-up checks). */

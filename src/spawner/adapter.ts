@@ -1,12 +1,7 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import type { EventDraft } from '../events/catalogue.js';
-import type { SpawnerCommand } from '../runtime/spawners.js';
+import type { DrainedEvent, LaunchCommand } from '../protocol/spawner.js';
 
-export type LaunchCommand = Extract<SpawnerCommand, { type: 'launch' }>;
-
-/** A drained event as a spawner posts it: the server fills in the agent's identity. */
-export type DrainedEvent = Omit<EventDraft, 'task_id' | 'caller_id' | 'agent_id'> & Record<string, unknown>;
 
 export interface StartSpec {
   launch: LaunchCommand;

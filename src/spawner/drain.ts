@@ -1,4 +1,4 @@
-import type { DrainedEvent } from './adapter.js';
+import type { DrainedEvent } from '../protocol/spawner.js';
 
 /**
  * The stream-json drain: turns Claude Code's `--output-format stream-json` lines into

@@ -17,10 +17,3 @@ export const randomIds: IdSource = {
     return `${kind}_${randomBytes(6).toString('hex')}`;
   },
 };
-
-export interface Clock {
-  /** Wall clock in Unix seconds (float), the `ts` of every event. */
-  now(): number;
-}
-
-export const systemClock: Clock = { now: () => Date.now() / 1000 };

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import type { Adapter, AdapterHooks, AgentProcess, DrainedEvent, StartSpec } from '../adapter.js';
+import type { DrainedEvent } from '../../protocol/spawner.js';
+import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
 import { agentEnvironment, wrapChild } from '../adapter.js';
 
 /**

@@ -1,18 +1,34 @@
 import path from 'node:path';
+import { homePaths } from '../config.js';
 import type { EventDraft } from '../events/catalogue.js';
-import { cascadeOrder } from '../registry/queries.js';
+import { cascadeOrder, depthOfTeamLedBy } from '../registry/queries.js';
 import { newlyReady } from '../registry/plan-graph.js';
 import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
-import type { Skill } from '../skills/loader.js';
-import { assemblePrompt, firstMessage } from '../skills/prompt.js';
-import { homePaths } from '../config.js';
-import type { Services } from './services.js';
+import type { DomainContext } from './context.js';
+import { DomainError } from './errors.js';
+import { assemblePrompt, firstMessage } from './prompt.js';
 
 /**
- * Domain operations shared by the primitives and the admin API: registering agents (with
- * their launch request) and terminating them. Each returns event drafts or commits them;
- * none touches state directly.
+ * Agents, teams and tasks: registering agents (with their launch request), creating teams
+ * and tasks, terminating agents and what that does to their plan tasks. Each returns
+ * event drafts for the caller to commit.
  */
+
+/** What registering an agent needs of its skill (a loaded SKILL.md has all of it). */
+export interface SkillSpec {
+  name: string;
+  /** The system prompt, with `{role}`-style placeholders. */
+  body: string;
+  model: string | null;
+}
+
+/** What decisions need of the skills on disk: which names exist, and loading one a caller named. */
+export interface SkillSource {
+  has(name: string): boolean;
+  names(): string[];
+  /** The skill, or `unknown_skill` naming `field` (`label` in the message). */
+  require(name: string, field: string, label?: string): SkillSpec;
+}
 
 /** A new agent's display name: its role as a slug plus the id's tail, e.g. `writer-3256`. */
 export function agentName(role: string | null, agentId: string): string {
@@ -29,7 +45,7 @@ export interface AgentSpec {
   agentId: string;
   taskId: string;
   role: string | null;
-  skill: Skill;
+  skill: SkillSpec;
   description: string;
   model: string | null;
   team: { team_id: string; name: string } | null;
@@ -101,19 +117,19 @@ export function agentDrafts(spec: AgentSpec): EventDraft[] {
 
 export interface NewTask {
   task: string;
-  skill: Skill;
+  skill: SkillSpec;
   model: string | null;
   name: string | null;
   workspace: string | null;
   spawn: boolean;
 }
 
-/** Creates a task and its root agent (teamless, its leader the user). */
-export async function createTask(services: Services, input: NewTask): Promise<{ taskId: string; rootAgentId: string }> {
-  const taskId = services.ids.next('tsk');
-  const rootAgentId = services.ids.next('ag');
-  const workspace = input.workspace ?? path.join(homePaths(services.config.home).workspaces, taskId);
-  await services.registry.commit([
+/** A new task and its root agent (teamless, its leader the user). */
+export function newTask(ctx: DomainContext, input: NewTask): { taskId: string; rootAgentId: string; drafts: EventDraft[] } {
+  const taskId = ctx.ids.next('tsk');
+  const rootAgentId = ctx.ids.next('ag');
+  const workspace = input.workspace ?? path.join(homePaths(ctx.config.home).workspaces, taskId);
+  const drafts: EventDraft[] = [
     {
       event: 'task_created',
       task_id: taskId,
@@ -140,8 +156,101 @@ export async function createTask(services: Services, input: NewTask): Promise<{ 
       projectWorkspace: workspace,
       launch: input.spawn,
     }),
-  ]);
-  return { taskId, rootAgentId };
+  ];
+  return { taskId, rootAgentId, drafts };
+}
+
+/** Refuses a team past the depth cap; `advice` says what to do instead. */
+export function assertDepthAllowed(ctx: Pick<DomainContext, 'config'>, depth: number, advice: string): void {
+  const { maxDepth } = ctx.config;
+  if (depth <= maxDepth) return;
+  throw new DomainError('depth_exceeded', `a team led by you would be at depth ${depth}, past the cap of ${maxDepth}; ${advice}`, { depth, max_depth: maxDepth });
+}
+
+/**
+ * A team led by `leader` at `depth`: `team_created`, and `depth.warning` when it is deeper
+ * than the warning depth. Depth past the cap is refused before this is called.
+ */
+export function teamDrafts(
+  ctx: Pick<DomainContext, 'config'>,
+  leader: AgentRecord,
+  team: { team_id: string; name: string; depth: number; task: string; rules: string[] },
+  via: 'create_team' | 'spawn_agent',
+): EventDraft[] {
+  const drafts: EventDraft[] = [
+    {
+      event: 'team_created',
+      task_id: leader.task_id,
+      team_id: team.team_id,
+      name: team.name,
+      leader_id: leader.agent_id,
+      parent_team_id: leader.team_id,
+      depth: team.depth,
+      task: team.task,
+      rules: team.rules,
+      via,
+    },
+  ];
+  const { depthWarning, maxDepth } = ctx.config;
+  if (team.depth > depthWarning) drafts.push({ event: 'depth.warning', task_id: leader.task_id, team_id: team.team_id, depth: team.depth, max_depth: maxDepth });
+  return drafts;
+}
+
+export interface TeamInput {
+  name: string;
+  task: string;
+  roles: Array<{ role: string; skill: string; model?: string | undefined; description: string }>;
+  rules: string[];
+  consensus: boolean;
+}
+
+/** `create_team`: a team the caller leads, one agent per role, each given the task's text. */
+export function createTeam(
+  ctx: DomainContext,
+  caller: AgentRecord,
+  input: TeamInput,
+  skills: SkillSource,
+): { teamId: string; members: Array<{ agent_id: string; role: string }>; drafts: EventDraft[] } {
+  const depth = depthOfTeamLedBy(ctx.state, caller);
+  assertDepthAllowed(ctx, depth, 'do the work yourself or hand it back to your leader');
+  const loaded = input.roles.map((role, i) => skills.require(role.skill, `roles[${i}].skill`));
+  if (input.roles.length > 1 && !input.consensus) {
+    const first = input.roles[0]!;
+    if (input.roles.every((r) => r.skill === first.skill && r.description === first.description)) {
+      throw new DomainError(
+        'duplicate_member_descriptions',
+        'every member has the same skill and description, so they would all do the whole task in parallel; write a distinct description per member, or pass consensus: true if parallel attempts are intended',
+        { members: input.roles.length },
+      );
+    }
+  }
+  const teamId = ctx.ids.next('tm');
+  const drafts = teamDrafts(ctx, caller, { team_id: teamId, name: input.name, depth, task: input.task, rules: input.rules }, 'create_team');
+  const team = { team_id: teamId, name: input.name };
+  const text = ctx.state.tasks.get(caller.task_id)!.text;
+  const members = input.roles.map((role, i) => {
+    const agentId = ctx.ids.next('ag');
+    drafts.push(
+      ...agentDrafts({
+        agentId,
+        taskId: caller.task_id,
+        role: role.role,
+        skill: loaded[i]!,
+        description: role.description,
+        model: role.model ?? null,
+        team,
+        leaderId: caller.agent_id,
+        leaderName: caller.name,
+        plan: null,
+        // The originating user task reaches every member as its first message.
+        task: text,
+        projectWorkspace: caller.project_workspace_path,
+        launch: true,
+      }),
+    );
+    return { agent_id: agentId, role: role.role };
+  });
+  return { teamId, members, drafts };
 }
 
 export type TerminateReason = 'admin' | 'leader' | 'leader_force' | 'root_approved';
@@ -177,15 +286,6 @@ export function terminationDrafts(state: RegistryState, callerId: string, target
     });
   }
   return drafts;
-}
-
-export async function terminateCascade(
-  services: Services,
-  callerId: string,
-  target: AgentRecord,
-  reason: TerminateReason,
-): Promise<void> {
-  await services.registry.commit(terminationDrafts(services.registry.state, callerId, target, reason));
 }
 
 /**

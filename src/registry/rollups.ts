@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
-import type { StoredEvent } from './catalogue.js';
-import { agentStatus } from '../registry/queries.js';
-import { USER, type RegistryState } from '../registry/state.js';
+import type { StoredEvent } from '../events/catalogue.js';
+import { agentStatus } from './queries.js';
+import { USER, type RegistryState } from './state.js';
 
 /**
  * Rollups: aggregated rows for dashboards and SQL, never a source of truth. They are derived

@@ -1,9 +1,8 @@
-import type { Skill } from './loader.js';
-
 /**
- * Launch prompt assembly (SPEC §3), in a fixed order so the prefix is stable across agents
- * of one skill (prompt caching): the skill body with its placeholders substituted, the
- * identity block, the persistent-agent contract, the completion-handoff contract.
+ * Launch prompt assembly, in a fixed order so the prefix is stable across agents of one
+ * skill (prompt caching): the skill body with its placeholders substituted, the identity
+ * block, the persistent-agent contract, the completion-handoff contract. docs/tools.md and
+ * the bundled skills describe what an agent is told.
  */
 
 export interface PromptVars {
@@ -48,7 +47,7 @@ export function identityBlock(id: Identity): string {
   ].join('\n');
 }
 
-export function assemblePrompt(skill: Skill, id: Identity): string {
+export function assemblePrompt(skill: { body: string }, id: Identity): string {
   return [substitute(skill.body, id), identityBlock(id), PERSISTENT_AGENT_CONTRACT, COMPLETION_HANDOFF_CONTRACT].join('\n\n');
 }
 

@@ -1,7 +1,10 @@
+import type { z } from 'zod';
+
 /**
- * Errors are values: every failure a client can see has a stable code from the seed (plus
- * `invalid_input` and `internal_error`). Primitives throw a PrimitiveError; one wrapper turns
- * it into the tool result `{"error", "message", "details"}`.
+ * Errors are values: every failure a client can see has a stable code, listed here and in
+ * docs/tools.md. A decision refuses by throwing a DomainError; the tool wrapper
+ * (`primitives/invoke.ts`) turns it into the tool result `{"error", "message", "details"}`
+ * and the HTTP layer (`server/http-errors.ts`) into a 4xx JSON body.
  */
 export const ERROR_CODES = [
   // send_message
@@ -55,14 +58,14 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 
 export type ErrorDetails = Record<string, unknown>;
 
-export class PrimitiveError extends Error {
+export class DomainError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
     readonly details: ErrorDetails = {},
   ) {
     super(message);
-    this.name = 'PrimitiveError';
+    this.name = 'DomainError';
   }
 
   toJSON(): { error: ErrorCode; message: string; details: ErrorDetails } {
@@ -71,4 +74,25 @@ export class PrimitiveError extends Error {
 }
 
 export const invalidInput = (field: string, message: string, details: ErrorDetails = {}) =>
-  new PrimitiveError('invalid_input', `${field}: ${message}`, { field, ...details });
+  new DomainError('invalid_input', `${field}: ${message}`, { field, ...details });
+
+/** `['roles', 1, 'skill']` → `roles[1].skill`. */
+export function fieldPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const part of path) {
+    if (typeof part === 'number') out += `[${part}]`;
+    else out += out.length === 0 ? String(part) : `.${String(part)}`;
+  }
+  return out;
+}
+
+/** The first schema issue as `invalid_input`, naming the field (and index) at fault. */
+export function zodToInvalidInput(error: z.ZodError): DomainError {
+  const issue = error.issues[0]!;
+  if (issue.code === 'unrecognized_keys') {
+    const field = fieldPath([...issue.path, issue.keys[0]!]);
+    return invalidInput(field, 'is not an accepted field', { unknown_fields: issue.keys });
+  }
+  const field = fieldPath(issue.path) || '(input)';
+  return invalidInput(field, issue.message);
+}

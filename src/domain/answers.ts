@@ -1,4 +1,4 @@
-import { PrimitiveError } from '../primitives/errors.js';
+import { DomainError } from './errors.js';
 import type { Answer, QuestionItem } from '../registry/state.js';
 
 /**
@@ -16,7 +16,7 @@ export const OTHER = 'Other';
 
 export function validateAnswers(questions: readonly QuestionItem[], answers: readonly AnswerInput[]): Answer[] {
   if (answers.length !== questions.length) {
-    throw new PrimitiveError(
+    throw new DomainError(
       'answer_count_mismatch',
       `the question has ${questions.length} sub-question(s) but ${answers.length} answer(s) were given; answer each one, in order`,
       { expected: questions.length, got: answers.length },
@@ -27,7 +27,7 @@ export function validateAnswers(questions: readonly QuestionItem[], answers: rea
 
 function validateOne(q: QuestionItem, a: AnswerInput, i: number): Answer {
   const fail = (field: string, message: string) =>
-    new PrimitiveError('invalid_input', `answers[${i}].${field}: ${message}`, { field: `answers[${i}].${field}`, index: i });
+    new DomainError('invalid_input', `answers[${i}].${field}: ${message}`, { field: `answers[${i}].${field}`, index: i });
   const text = typeof a.text === 'string' && a.text.trim().length > 0 ? a.text : null;
   const chosen = [...new Set(a.selected_labels)];
   // "Other" is the typed-answer path: stored like the seed's, as no label plus the text.

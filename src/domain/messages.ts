@@ -1,0 +1,129 @@
+import type { EventDraft } from '../events/catalogue.js';
+import { BEIDOU, USER, type AgentRecord, type InboxKind, type InboxMessage, type RegistryState } from '../registry/state.js';
+import type { DomainContext } from './context.js';
+import { DomainError } from './errors.js';
+
+/**
+ * Inbox decisions. An inbox is `sent − delivered`: `send_message` (a peer or the user) and
+ * `inbox.posted` (what the server routes: reports, questions, answers, pings) add a message;
+ * `agent_input` takes it out, whichever path delivered it.
+ */
+
+/** The three ways a message reaches its agent; each commits the same `agent_input`. */
+export type DeliveryPath = 'read_inbox' | 'spawner' | 'hook';
+
+/** A message as an agent (or the admin) sees it. */
+export interface DeliveredMessage {
+  message_id: string;
+  from: string;
+  from_name: string;
+  kind: InboxMessage['kind'];
+  content: string;
+  ts: number;
+}
+
+/** Who sent it, for people and models: an agent's name, or `user` / `beidou` as they are. */
+export function displayName(state: RegistryState, id: string): string {
+  if (id === USER || id === BEIDOU) return id;
+  return state.agents.get(id)?.name ?? id;
+}
+
+/** The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`. */
+export function deliveredText(state: RegistryState, message: Pick<InboxMessage, 'from' | 'content'>): string {
+  return `[from ${displayName(state, message.from)} (${message.from})] ${message.content}`;
+}
+
+export function deliveredView(state: RegistryState, message: InboxMessage): DeliveredMessage {
+  return {
+    message_id: message.message_id,
+    from: message.from,
+    from_name: displayName(state, message.from),
+    kind: message.kind,
+    content: message.content,
+    ts: message.ts,
+  };
+}
+
+/** A message the server routes into an inbox (never refused by the caps: it answers something). */
+export function inboxPosted(
+  ctx: Pick<DomainContext, 'ids'>,
+  to: Pick<AgentRecord, 'agent_id' | 'task_id'>,
+  from: string,
+  kind: Exclude<InboxKind, 'message' | 'user'>,
+  content: string,
+): EventDraft {
+  return { event: 'inbox.posted', task_id: to.task_id, to: to.agent_id, from, kind, content, message_id: ctx.ids.next('msg') };
+}
+
+/**
+ * A message into `recipient`'s inbox from a peer or the user. From the recipient's leader
+ * (or the user) to an agent waiting on a review or a termination request, it is the answer:
+ * rework, so the hand-off is cleared (`review.acknowledged`) — unless the agent is already
+ * on its way out.
+ */
+export function messageDrafts(ctx: Pick<DomainContext, 'ids'>, fromId: string, recipient: AgentRecord, content: string): EventDraft[] {
+  const drafts: EventDraft[] = [
+    { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: ctx.ids.next('msg') },
+  ];
+  const fromLeader = fromId === USER || fromId === recipient.leader_id;
+  if (fromLeader && (recipient.review || recipient.termination_request) && !recipient.terminate_posted) {
+    drafts.push({ event: 'review.acknowledged', task_id: recipient.task_id, agent_id: recipient.agent_id, by: fromId });
+  }
+  return drafts;
+}
+
+/**
+ * The checks every sender shares (an agent through `send_message`, the user through the
+ * admin API), then the message. Refuses a terminated recipient and a full inbox.
+ */
+export function postMessage(ctx: DomainContext, fromId: string, recipient: AgentRecord, content: string): { messageId: string; drafts: EventDraft[] } {
+  if (recipient.terminate_consumed) {
+    throw new DomainError(
+      'recipient_terminated',
+      `${recipient.name} (${recipient.agent_id}) has been terminated and can no longer receive messages; escalate to your own leader rather than spawning a replacement`,
+      { to: recipient.agent_id },
+    );
+  }
+  const cap = ctx.config.inboxCap;
+  if (recipient.inbox.size >= cap) {
+    throw new DomainError(
+      'inbox_full',
+      `${recipient.name}'s inbox holds ${recipient.inbox.size} undelivered messages (the cap is ${cap}); wait for it to read them`,
+      { to: recipient.agent_id, undelivered: recipient.inbox.size, cap },
+    );
+  }
+  const maxChars = ctx.config.inboxMaxChars;
+  if (recipient.inbox_chars + content.length > maxChars) {
+    throw new DomainError(
+      'inbox_full',
+      `${recipient.name}'s undelivered messages would exceed ${maxChars} characters; wait for it to read them, or send less`,
+      { to: recipient.agent_id, undelivered: recipient.inbox.size, undelivered_chars: recipient.inbox_chars, max_chars: maxChars },
+    );
+  }
+  const drafts = messageDrafts(ctx, fromId, recipient, content);
+  return { messageId: (drafts[0] as { message_id: string }).message_id, drafts };
+}
+
+/**
+ * What the server routes into the caller's leader's inbox on the caller's behalf (a review
+ * report, a termination request): never refused by the cap, since it answers a tool the
+ * caller was entitled to call.
+ */
+export function toLeaderDraft(ctx: Pick<DomainContext, 'ids'>, caller: AgentRecord, kind: 'review_report' | 'termination_request', content: string): EventDraft {
+  return inboxPosted(ctx, { agent_id: caller.leader_id, task_id: caller.task_id }, caller.agent_id, kind, content);
+}
+
+/** Delivering messages: one `agent_input` each, which takes it out of the inbox. */
+export function deliveryDrafts(agent: AgentRecord, messages: readonly InboxMessage[], via: DeliveryPath): EventDraft[] {
+  return messages.map((m) => ({
+    event: 'agent_input' as const,
+    task_id: agent.task_id,
+    caller_id: agent.agent_id,
+    from: m.from,
+    message_kind: m.kind === 'message' || m.kind === 'user' ? ('user' as const) : ('system' as const),
+    source: 'queue' as const,
+    content: m.content,
+    message_id: m.message_id,
+    via,
+  }));
+}

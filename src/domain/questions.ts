@@ -1,0 +1,154 @@
+import type { EventDraft } from '../events/catalogue.js';
+import { questionHolder } from '../registry/queries.js';
+import { BEIDOU, USER, type AgentRecord, type QuestionItem, type QuestionRecord } from '../registry/state.js';
+import { promptSummary, renderAnswerText, validateAnswers, type AnswerInput } from './answers.js';
+import type { DomainContext } from './context.js';
+import { DomainError } from './errors.js';
+import { inboxPosted } from './messages.js';
+import { answerEffects, declineEffects } from './system-questions.js';
+
+/**
+ * Question routing. A question climbs the leader chain: it goes to the asker's leader as an
+ * `[INBOX QUESTION]` message; each holder answers or escalates it one hop; the root's
+ * leader is the user gateway. When an answer finds no blocked `ask_user` call waiting for
+ * it, it goes to the asker's inbox as `[ANSWER qid] ...`. The server's own questions
+ * (`asker: "beidou"`, see system-questions.ts) have effects instead of an asker.
+ */
+
+/**
+ * An agent's question: to its leader's inbox, or to the gateway when its leader is the user.
+ * The caller puts the asker's waiter in place for `qid` before it commits the drafts.
+ */
+export function ask(ctx: DomainContext, asker: AgentRecord, questions: QuestionItem[], context: string | null): { qid: string; drafts: EventDraft[] } {
+  const qid = ctx.ids.next('q');
+  const holder = asker.leader_id === USER ? null : asker.leader_id;
+  const drafts: EventDraft[] = [
+    {
+      event: 'question_asked',
+      task_id: asker.task_id,
+      qid,
+      asker: asker.agent_id,
+      holder,
+      prompt: promptSummary(questions),
+      questions,
+      context,
+      origin: 'ask_user',
+      subject_agent_id: null,
+    },
+  ];
+  if (holder) drafts.push(inboxQuestion(ctx, qid, { agent_id: holder, task_id: asker.task_id }, asker, questions, context, asker.agent_id));
+  return { qid, drafts };
+}
+
+/** One hop up: to the holder's leader, or to the user gateway from the root (`newHolder` null). */
+export function escalate(ctx: DomainContext, by: AgentRecord, qid: string, reason: string): { newHolder: string | null; drafts: EventDraft[] } {
+  const q = questionOrRefuse(ctx, qid);
+  if (q.task_id !== by.task_id) throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
+  const holder = questionHolder(q);
+  if (holder !== by.agent_id) {
+    if (q.status !== 'pending' || q.chain.includes(by.agent_id)) {
+      throw new DomainError('stale', `question ${qid} is no longer yours to escalate (it is ${q.status === 'pending' ? `with ${holder}` : q.status})`, {
+        qid,
+        status: q.status,
+      });
+    }
+    throw new DomainError('not_holder', `question ${qid} is held by ${holder}, not you`, { qid, holder });
+  }
+  if (q.status !== 'pending') throw new DomainError('stale', `question ${qid} was already ${q.status}`, { qid, status: q.status });
+  const next = by.leader_id === USER ? null : by.leader_id;
+  const drafts: EventDraft[] = [{ event: 'question_escalated', task_id: q.task_id, qid, by: by.agent_id, new_holder: next, reason }];
+  const asker = ctx.state.agents.get(q.asker);
+  if (next && asker) drafts.push(inboxQuestion(ctx, qid, { agent_id: next, task_id: q.task_id }, asker, q.questions, q.context, BEIDOU, by));
+  return { newHolder: next, drafts };
+}
+
+/**
+ * Answers a pending question, by its holder (an agent) or the user. `askerWaiting` says a
+ * blocked `ask_user` call will take the answer; otherwise the asker's inbox gets it. The
+ * server's own questions apply their effect in the same commit.
+ */
+export function answer(
+  ctx: DomainContext,
+  by: AgentRecord | typeof USER,
+  qid: string,
+  input: AnswerInput[],
+  reason: string | null,
+  askerWaiting: boolean,
+): EventDraft[] {
+  const q = questionOrRefuse(ctx, qid);
+  const byId = by === USER ? USER : by.agent_id;
+  if (by !== USER) {
+    if (q.task_id !== by.task_id) throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
+    const holder = questionHolder(q);
+    if (holder !== by.agent_id) {
+      throw new DomainError('not_holder', `question ${qid} is held by ${holder}; only the agent it was last routed to may answer`, { qid, holder });
+    }
+  }
+  refuseSettled(q);
+  const answers = validateAnswers(q.questions, input);
+  const answerText = renderAnswerText(q.questions, answers);
+  const drafts: EventDraft[] = [
+    { event: 'question_answered', task_id: q.task_id, qid, asker: q.asker, chain_len: q.chain.length, answers, answer_text: answerText, by: byId, reason },
+  ];
+  const asker = ctx.state.agents.get(q.asker);
+  if (q.asker === BEIDOU) drafts.push(...answerEffects(ctx, q, answers, answerText));
+  else if (asker && !asker.terminate_consumed && !askerWaiting) drafts.push(inboxPosted(ctx, asker, byId, 'answer', `[ANSWER ${qid}] ${answerText}`));
+  return drafts;
+}
+
+/** The user refuses a question: the asker's call fails with `user_declined`, or its inbox is told. */
+export function decline(ctx: DomainContext, qid: string, reason: string, askerWaiting: boolean): EventDraft[] {
+  const q = questionOrRefuse(ctx, qid);
+  refuseSettled(q);
+  const drafts: EventDraft[] = [{ event: 'question_declined', task_id: q.task_id, qid, asker: q.asker, reason }];
+  const asker = ctx.state.agents.get(q.asker);
+  if (q.asker === BEIDOU) drafts.push(...declineEffects(ctx, q, reason));
+  else if (asker && !asker.terminate_consumed && !askerWaiting) {
+    drafts.push(inboxPosted(ctx, asker, USER, 'answer', `[ANSWER ${qid}] The user declined to answer: ${reason}`));
+  }
+  return drafts;
+}
+
+/**
+ * A settled question whose blocked call ended before the answer was durable: the answer
+ * relied on that call, so it goes to the asker's inbox instead (none if the asker is gone).
+ */
+export function lateAnswer(ctx: DomainContext, q: QuestionRecord): EventDraft[] {
+  const asker = ctx.state.agents.get(q.asker);
+  if (!asker || asker.terminate_consumed || q.status === 'pending') return [];
+  const text = q.status === 'answered' ? (q.answer_text ?? '') : `The user declined to answer: ${q.audit.at(-1)?.reason ?? ''}`;
+  return [inboxPosted(ctx, asker, q.answered_by ?? USER, 'answer', `[ANSWER ${q.qid}] ${text}`)];
+}
+
+function questionOrRefuse(ctx: DomainContext, qid: string): QuestionRecord {
+  const q = ctx.state.questions.get(qid);
+  if (!q) throw new DomainError('unknown_qid', `no question ${qid}`, { qid });
+  return q;
+}
+
+function refuseSettled(q: QuestionRecord): void {
+  if (q.status !== 'pending') throw new DomainError('stale', `question ${q.qid} was already ${q.status}`, { qid: q.qid, status: q.status });
+}
+
+/** The `[INBOX QUESTION qid]` message a holder receives, with the two ways to act on it. */
+function inboxQuestion(
+  ctx: DomainContext,
+  qid: string,
+  to: { agent_id: string; task_id: string },
+  asker: AgentRecord,
+  questions: QuestionItem[],
+  context: string | null,
+  from: string,
+  escalatedBy?: AgentRecord,
+): EventDraft {
+  const lines = [
+    `[INBOX QUESTION ${qid}] from ${asker.name} (${asker.agent_id})${escalatedBy ? `, escalated by ${escalatedBy.name} (${escalatedBy.agent_id})` : ''}`,
+    ...(context ? [`Context: ${context}`] : []),
+    ...questions.map((q, i) => {
+      const options = q.options.length === 0 ? 'free text' : q.options.map((o) => o.label).join(' / ') + (q.multiSelect ? ' (choose any)' : ' (choose one)');
+      return `${i + 1}. ${q.header ? `[${q.header}] ` : ''}${q.question} — ${options}`;
+    }),
+    `Answer with mcp__beidou__answer_question {qid: "${qid}", answers: [...], reason} if you can; otherwise mcp__beidou__escalate_question {qid: "${qid}", reason}.`,
+  ];
+  return inboxPosted(ctx, to, from, 'question', lines.join('\n'));
+}

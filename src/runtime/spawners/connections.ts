@@ -1,0 +1,99 @@
+import { agentStatus } from '../../registry/queries.js';
+import type { RegistryState } from '../../registry/state.js';
+import { agentsOf } from '../../domain/spawners.js';
+import type { SpawnerCommand } from '../../protocol/spawner.js';
+import type { Clock } from '../../util/clock.js';
+
+export interface Connection {
+  spawnerId: string;
+  name: string;
+  maxAgents: number;
+  send: (command: SpawnerCommand) => void;
+  close: () => void;
+}
+
+/** Heartbeats missed before a spawner is lost and its agents go to another. */
+const MISSED_BEATS = 3;
+
+/**
+ * The spawners' command streams and heartbeats (runtime only). A spawner that holds agents
+ * but has no stream right now (reconnecting) keeps its heartbeat record: it is lost only
+ * after three missed beats, not when its stream drops.
+ */
+export class SpawnerConnections {
+  private readonly open = new Map<string, Connection>();
+  /** Last heartbeat of each spawner that holds or held agents, in clock seconds. */
+  private readonly lastBeat = new Map<string, number>();
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly heartbeatS: number,
+  ) {}
+
+  /** Spawners that held agents before a restart get three beats to come back. */
+  expect(spawnerIds: Iterable<string>): void {
+    const now = this.clock.now();
+    for (const id of spawnerIds) if (!this.lastBeat.has(id)) this.lastBeat.set(id, now);
+  }
+
+  /** A new stream replaces the spawner's previous one (which is closed). */
+  add(conn: Connection): void {
+    this.open.get(conn.spawnerId)?.close();
+    this.open.set(conn.spawnerId, conn);
+    this.lastBeat.set(conn.spawnerId, this.clock.now());
+  }
+
+  /** The stream closed; its spawner keeps its agents until it misses its beats. */
+  remove(spawnerId: string, send: Connection['send']): boolean {
+    if (this.open.get(spawnerId)?.send !== send) return false;
+    this.open.delete(spawnerId);
+    return true;
+  }
+
+  beat(spawnerId: string): void {
+    this.lastBeat.set(spawnerId, this.clock.now());
+  }
+
+  get(spawnerId: string | null): Connection | undefined {
+    return spawnerId ? this.open.get(spawnerId) : undefined;
+  }
+
+  all(): Connection[] {
+    return [...this.open.values()];
+  }
+
+  /** Spawners past their missed beats: forgotten here, their streams closed; the caller releases their agents. */
+  takeLost(): string[] {
+    const limit = MISSED_BEATS * this.heartbeatS;
+    const now = this.clock.now();
+    const lost: string[] = [];
+    for (const [spawnerId, beat] of this.lastBeat) {
+      if (now - beat <= limit) continue;
+      this.lastBeat.delete(spawnerId);
+      this.open.get(spawnerId)?.close();
+      this.open.delete(spawnerId);
+      lost.push(spawnerId);
+    }
+    return lost;
+  }
+
+  closeAll(): void {
+    for (const c of this.open.values()) c.close();
+    this.open.clear();
+  }
+
+  /** For the admin API: what each spawner holds. */
+  view(state: RegistryState) {
+    return [...this.lastBeat.keys()].map((spawnerId) => {
+      const conn = this.open.get(spawnerId);
+      return {
+        spawner_id: spawnerId,
+        name: conn?.name ?? null,
+        connected: conn !== undefined,
+        max_agents: conn?.maxAgents ?? null,
+        last_heartbeat_at: this.lastBeat.get(spawnerId) ?? 0,
+        agents: agentsOf(state, spawnerId).map((a) => ({ agent_id: a.agent_id, status: agentStatus(a) })),
+      };
+    });
+  }
+}

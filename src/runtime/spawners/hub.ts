@@ -1,0 +1,161 @@
+import type { Logger } from 'pino';
+import type { DomainContext } from '../../domain/context.js';
+import { agentStarted, agentsOf, spawnerLost, spawnerReport, terminationAcknowledged } from '../../domain/spawners.js';
+import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
+import type { TokenService } from '../../identity/tokens.js';
+import type { Registry } from '../../registry/registry.js';
+import type { SkillCatalog } from '../../skills/loader.js';
+import type { Clock } from '../../util/clock.js';
+import type { Inboxes } from '../inbox.js';
+import { SpawnerConnections, type Connection } from './connections.js';
+import { Deliveries } from './deliveries.js';
+import { Scheduler } from './scheduler.js';
+
+/**
+ * The server's side of the spawner protocol (docs/spawner-protocol.md): the connections
+ * and heartbeats, the scheduler that assigns queued launches, and the deliveries in flight,
+ * behind one face for the HTTP routes. What it decides is in domain/spawners.ts; commands
+ * leave only once the events that cause them are durable.
+ */
+export class SpawnerHub {
+  readonly connections: SpawnerConnections;
+  private readonly deliveries: Deliveries;
+  private readonly scheduler: Scheduler;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly deps: {
+      registry: Registry;
+      domain: DomainContext;
+      inboxes: Inboxes;
+      tokens: TokenService;
+      skills: SkillCatalog;
+      clock: Clock;
+      logger: Logger;
+    },
+  ) {
+    const { registry, domain, inboxes, tokens, skills, clock } = deps;
+    this.connections = new SpawnerConnections(clock, domain.config.spawnerHeartbeatS);
+    this.deliveries = new Deliveries(registry, inboxes, this.connections);
+    this.scheduler = new Scheduler(registry, this.connections, tokens, skills);
+  }
+
+  private get registry(): Registry {
+    return this.deps.registry;
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.checkHeartbeats(), this.deps.domain.config.spawnerHeartbeatS * 1000);
+    this.timer.unref();
+    const held = [...this.registry.state.agents.values()].flatMap((a) => (a.spawner_id ? [a.spawner_id] : []));
+    this.connections.expect(held);
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.connections.closeAll();
+  }
+
+  // ---- the stream ----
+
+  connect(spawnerId: string, name: string, maxAgents: number, send: Connection['send'], close: () => void): void {
+    const conn: Connection = { spawnerId, name, maxAgents, send, close };
+    this.connections.add(conn);
+    const { config } = this.deps.domain;
+    const held = agentsOf(this.registry.state, spawnerId);
+    send({ type: 'hello', spawner_id: spawnerId, heartbeat_s: config.spawnerHeartbeatS, terminate_grace_s: config.terminateGraceS, agents: held.map((a) => a.agent_id) });
+    // Re-send what it may have missed while away: launches, terminates and deliveries.
+    for (const agent of held) {
+      this.deps.inboxes.release(agent.agent_id);
+      if (agent.terminate_posted) this.deliveries.terminate(agent);
+      else if (!agent.running) void this.scheduler.launch(conn, agent, agent.started);
+      else this.deliveries.push(agent);
+    }
+    this.deps.logger.info({ spawner: spawnerId, name, maxAgents, held: held.length }, 'spawner connected');
+    void this.scheduler.schedule();
+  }
+
+  disconnect(spawnerId: string, send: Connection['send']): void {
+    // Its agents stay assigned until three heartbeats are missed: a stream can reconnect.
+    if (this.connections.remove(spawnerId, send)) this.deps.logger.info({ spawner: spawnerId }, 'spawner stream closed');
+  }
+
+  heartbeat(spawnerId: string): void {
+    this.connections.beat(spawnerId);
+  }
+
+  /** A spawner that missed three beats loses its agents; another spawner resumes them. */
+  private async checkHeartbeats(): Promise<void> {
+    for (const spawnerId of this.connections.takeLost()) {
+      await this.lose(spawnerId).catch((err: unknown) => this.deps.logger.error({ err, spawnerId }, 'could not release a lost spawner'));
+    }
+  }
+
+  private async lose(spawnerId: string): Promise<void> {
+    const held = agentsOf(this.registry.state, spawnerId);
+    if (held.length === 0) return;
+    this.deps.logger.warn({ spawner: spawnerId, agents: held.length }, 'spawner lost; its agents wait for another');
+    for (const a of held) this.deps.inboxes.release(a.agent_id);
+    await this.registry.commit(spawnerLost(this.registry.state, spawnerId));
+    await this.scheduler.schedule();
+  }
+
+  /** Durable observer: what leaves for a spawner because of committed events. */
+  onDurable(events: readonly StoredEvent[]): void {
+    let reschedule = false;
+    for (const e of events) {
+      switch (e.event) {
+        case 'launch.requested':
+        case 'agent_completed':
+        case 'task_ended':
+          reschedule = true;
+          break;
+        case 'send_message':
+        case 'inbox.posted': {
+          const agent = this.registry.agent(e.to);
+          if (!agent) break;
+          if (agent.parked) reschedule = true;
+          else this.deliveries.push(agent);
+          break;
+        }
+        case 'agent_started': {
+          const agent = this.registry.agent(e.agent_id);
+          if (agent) this.deliveries.push(agent);
+          break;
+        }
+        case 'terminate.posted': {
+          const agent = this.registry.agent(e.agent_id);
+          if (agent?.spawner_id) this.deliveries.terminate(agent);
+          break;
+        }
+      }
+    }
+    if (reschedule) queueMicrotask(() => void this.scheduler.schedule());
+  }
+
+  // ---- what a spawner reports ----
+
+  acknowledgeDelivery(spawnerId: string, agentId: string, messageId: string): Promise<void> {
+    return this.deliveries.acknowledge(spawnerId, agentId, messageId);
+  }
+
+  /** The spawner ended the agent's process after a terminate command. */
+  async acknowledgeTermination(spawnerId: string, agentId: string): Promise<void> {
+    const drafts = terminationAcknowledged(this.registry.state, spawnerId, agentId);
+    if (drafts.length > 0) await this.registry.commit(drafts);
+  }
+
+  async started(spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean): Promise<void> {
+    await this.registry.commit(agentStarted(this.registry.state, spawnerId, agentId, sessionId, resumed));
+  }
+
+  /** Validated drained events, with the server's answer to an escalation in the same commit. */
+  async report(spawnerId: string, agentId: string, drafts: EventDraft[]): Promise<void> {
+    await this.registry.commit(spawnerReport(this.deps.domain, spawnerId, agentId, drafts));
+  }
+
+  /** For the admin API: what each spawner holds. */
+  view() {
+    return this.connections.view(this.registry.state);
+  }
+}

@@ -1,0 +1,90 @@
+import { launchAssigned, schedulable } from '../../domain/spawners.js';
+import type { TokenService } from '../../identity/tokens.js';
+import type { LaunchCommand } from '../../protocol/spawner.js';
+import type { Registry } from '../../registry/registry.js';
+import { USER, type AgentRecord } from '../../registry/state.js';
+import type { SkillCatalog } from '../../skills/loader.js';
+import type { Connection, SpawnerConnections } from './connections.js';
+
+/**
+ * Gives queued launches to connected spawners with room, least loaded first. The
+ * assignment (`launch.assigned`) is committed before the launch command goes out. One pass
+ * runs at a time; a request during a pass makes it run once more.
+ */
+export class Scheduler {
+  private scheduling = false;
+  private rescheduling = false;
+
+  constructor(
+    private readonly registry: Registry,
+    private readonly connections: SpawnerConnections,
+    private readonly tokens: TokenService,
+    private readonly skills: SkillCatalog,
+  ) {}
+
+  async schedule(): Promise<void> {
+    if (this.scheduling) {
+      this.rescheduling = true;
+      return;
+    }
+    this.scheduling = true;
+    try {
+      do {
+        this.rescheduling = false;
+        await this.pass();
+      } while (this.rescheduling);
+    } finally {
+      this.scheduling = false;
+    }
+  }
+
+  private async pass(): Promise<void> {
+    const { state } = this.registry;
+    const load = new Map<string, number>();
+    for (const a of state.agents.values()) if (a.spawner_id) load.set(a.spawner_id, (load.get(a.spawner_id) ?? 0) + 1);
+    const share = (c: Connection) => (load.get(c.spawnerId) ?? 0) / c.maxAgents;
+    for (const agent of state.agents.values()) {
+      if (!schedulable(state, agent)) continue;
+      // Connections can come and go while a launch is sent: look again each time.
+      const target = this.connections.all().filter((c) => (load.get(c.spawnerId) ?? 0) < c.maxAgents).sort((x, y) => share(x) - share(y))[0];
+      if (!target) break;
+      load.set(target.spawnerId, (load.get(target.spawnerId) ?? 0) + 1);
+      const resume = agent.started;
+      await this.registry.commit([launchAssigned(agent, target.spawnerId)]);
+      await this.launch(target, agent, resume);
+    }
+  }
+
+  /** Sends the launch (with a fresh token); nothing if a terminate was posted meanwhile. */
+  async launch(conn: Connection, agent: AgentRecord, resume: boolean): Promise<void> {
+    if (!agent.launch) return;
+    const token = await this.tokens.mintAgent(agent.agent_id, agent.task_id);
+    // A terminate may have been posted (and sent) while we awaited: then no launch at all.
+    const launch = agent.launch;
+    if (!launch || agent.terminate_posted) return;
+    let allowedTools: string[] = [];
+    try {
+      allowedTools = this.skills.load(agent.skill).allowedTools;
+    } catch {
+      // The skill loaded when the agent was registered; a later edit breaking it must not stop a launch.
+    }
+    const command: LaunchCommand = {
+      type: 'launch',
+      agent_id: agent.agent_id,
+      task_id: agent.task_id,
+      name: agent.name,
+      skill: agent.skill,
+      token,
+      prompt: launch.prompt,
+      first_message: launch.first_message,
+      model: launch.model,
+      workspace_path: launch.workspace_path,
+      project_workspace_path: launch.project_workspace_path,
+      allowed_tools: allowedTools,
+      is_root: agent.leader_id === USER,
+      resume,
+      session_id: resume ? agent.session_id : null,
+    };
+    conn.send(command);
+  }
+}

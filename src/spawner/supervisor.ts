@@ -1,0 +1,224 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { AckBody, DeliverCommand, DrainedEvent, LaunchCommand, StartedBody } from '../protocol/spawner.js';
+import type { Adapter, AgentProcess } from './adapter.js';
+
+/** Consecutive strikes before the spawner stops resuming an agent (docs/spawner-protocol.md). */
+const STRIKES = 3;
+
+export const CONTRACT_NUDGE =
+  '[BEIDOU] Your session ended although nobody terminated you. You are a persistent agent: never exit on your own. ' +
+  'If your work is done, call mcp__beidou__signal_review and end your turn to wait for your leader; otherwise carry on.';
+
+/** What a supervisor needs of the spawner that holds it (the protocol client). */
+export interface SupervisorHost {
+  readonly log: Logger;
+  readonly serverUrl: string;
+  readonly adapter: Adapter;
+  /** Seconds between a terminate command and the kill. */
+  readonly grace: number;
+  /** POSTs to the spawner API (`/ack`, `/agents/:id/started`, `/agents/:id/events`). */
+  post(route: string, body: AckBody | StartedBody | { events: DrainedEvent[] }): Promise<void>;
+  cwdFor(launch: LaunchCommand): string;
+  /** The supervisor is done: the agent is no longer this spawner's (terminated: its launch is refused from now on). */
+  forget(agentId: string, terminated?: boolean): void;
+}
+
+/**
+ * One agent's process and its policies: a clean exit is a contract violation (resumed with
+ * a nudge), a crash is resumed then restarted afresh; the third strike of either escalates
+ * (the server tells the leader or the user). A terminated agent gets the grace time, then
+ * is killed.
+ */
+export class Supervisor {
+  private proc: AgentProcess | null = null;
+  private sessionId = '';
+  private crashStrikes = 0;
+  private contractStrikes = 0;
+  private terminating = false;
+  /** onExit is deciding what comes next (a restart, an escalation): a terminate waits for it. */
+  private exiting = false;
+  /** The termination was acknowledged (at most once). */
+  private finished = false;
+  private forced = false;
+  private abandoned = false;
+  private graceTimer: NodeJS.Timeout | null = null;
+  private readonly delivered = new Set<string>();
+  /** Deliveries that arrived while the process was being restarted. */
+  private waiting: DeliverCommand[] = [];
+  /** Posts for this agent, in order. */
+  private posts: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly spawner: SupervisorHost,
+    private launch: LaunchCommand,
+  ) {}
+
+  private get id(): string {
+    return this.launch.agent_id;
+  }
+
+  private report(events: DrainedEvent[]): Promise<void> {
+    this.posts = this.posts
+      .then(() => this.spawner.post(`/agents/${this.id}/events`, { events }))
+      .catch((err: unknown) => this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not post events'));
+    return this.posts;
+  }
+
+  async start(resume: boolean, sessionId: string | null, nudge: string | null): Promise<void> {
+    this.sessionId = resume && sessionId ? sessionId : randomUUID();
+    const serverUrl = this.spawner.serverUrl;
+    const proc = this.spawner.adapter.start(
+      {
+        launch: this.launch,
+        serverUrl,
+        mcpUrl: `${serverUrl}/mcp`,
+        cwd: this.spawner.cwdFor(this.launch),
+        resume: resume && sessionId !== null,
+        sessionId: this.sessionId,
+        nudge,
+      },
+      {
+        onEvent: (event) => void this.report([event]),
+        onSession: (id) => (this.sessionId = id),
+        onCleanTurn: () => {
+          this.crashStrikes = 0;
+          this.contractStrikes = 0;
+        },
+      },
+    );
+    this.proc = proc;
+    this.spawner.log.info({ agent: this.id, pid: proc.pid, resume }, 'agent started');
+    await this.posts;
+    await this.spawner
+      .post(`/agents/${this.id}/started`, { session_id: this.sessionId, resumed: resume })
+      .catch((err: unknown) => this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not report the start'));
+    for (const d of this.waiting.splice(0)) await this.deliver(d);
+    void proc.exited
+      .then((exit) => this.onExit(proc, exit))
+      .catch((err: unknown) => {
+        // Could not restart it (e.g. its files could not be written): give it up, loudly.
+        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not restart the agent');
+        void this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent]).then(() => this.giveUp());
+      });
+  }
+
+  async deliver(d: DeliverCommand): Promise<void> {
+    if (this.delivered.has(d.message_id)) {
+      await this.ack(d.message_id); // a resend: it reached the agent already
+      return;
+    }
+    if (!this.proc || this.terminating) {
+      this.waiting.push(d);
+      return;
+    }
+    this.proc.deliver({ message_id: d.message_id, from: d.from, from_name: d.from_name, kind: d.kind, content: d.content });
+    this.delivered.add(d.message_id);
+    await this.ack(d.message_id);
+  }
+
+  private async ack(messageId: string): Promise<void> {
+    await this.spawner
+      .post('/ack', { type: 'deliver', agent_id: this.id, message_id: messageId })
+      .catch((err: unknown) => this.spawner.log.warn({ err: (err as Error).message, agent: this.id }, 'delivery ack failed'));
+  }
+
+  /** Ends the process gracefully; after the grace time it is killed (`terminate.forced`). */
+  terminate(): void {
+    if (this.terminating) return;
+    this.terminating = true;
+    // Between processes, onExit sees the flag before it restarts anything; once a restart
+    // has spawned the next process, that process is ended like any other.
+    if (this.exiting && !this.proc) return;
+    if (!this.proc) return void this.finishTermination();
+    this.proc.end();
+    const proc = this.proc;
+    this.graceTimer = setTimeout(() => {
+      this.forced = true;
+      proc.kill();
+    }, this.spawner.grace * 1000);
+  }
+
+  private async finishTermination(): Promise<void> {
+    if (this.finished) return;
+    this.finished = true;
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    if (this.forced) await this.report([{ event: 'terminate.forced' } as DrainedEvent]);
+    await this.posts;
+    await this.spawner.post('/ack', { type: 'terminate', agent_id: this.id }).catch((err: unknown) =>
+      this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'terminate ack failed'),
+    );
+    this.spawner.forget(this.id, true);
+  }
+
+  /** The server gave the agent to another spawner (or we are stopping): end it, report nothing. */
+  abandon(): void {
+    this.abandoned = true;
+    this.proc?.kill();
+  }
+
+  private async onExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+    if (proc !== this.proc || this.abandoned) return;
+    this.proc = null;
+    if (this.terminating) return this.finishTermination();
+    this.exiting = true;
+    try {
+      await this.afterExit(proc, exit);
+    } finally {
+      this.exiting = false;
+    }
+  }
+
+  /** A terminate that arrived while the exit was being reported wins over a restart. */
+  private async restartUnlessTerminated(resume: boolean, sessionId: string | null, nudge: string | null): Promise<void> {
+    if (this.abandoned) return;
+    if (this.terminating) return this.finishTermination();
+    return this.start(resume, sessionId, nudge);
+  }
+
+  private async giveUp(): Promise<void> {
+    if (this.terminating) return this.finishTermination();
+    this.spawner.forget(this.id);
+  }
+
+  private async afterExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+    const log = this.spawner.log;
+    if (exit.code === 0) {
+      this.contractStrikes++;
+      const strike = this.contractStrikes;
+      if (strike < STRIKES) {
+        log.warn({ agent: this.id, strike }, 'agent exited on its own; resuming it with a nudge');
+        await this.report([
+          { event: 'agent_completed', terminated: false, stop_reason: 'end_turn' } as DrainedEvent,
+          { event: 'contract_violation', strike_count: strike, action: 'resumed' } as DrainedEvent,
+        ]);
+        return this.restartUnlessTerminated(true, this.sessionId, CONTRACT_NUDGE);
+      }
+      log.error({ agent: this.id }, 'agent exited on its own three times; escalating');
+      await this.report([
+        { event: 'contract_violation', strike_count: strike, action: this.launch.is_root ? 'escalated_to_user' : 'escalated_to_leader' } as DrainedEvent,
+        { event: 'agent_completed', terminated: false, stop_reason: 'contract_violation_escalated' } as DrainedEvent,
+      ]);
+      return this.giveUp();
+    }
+    this.crashStrikes++;
+    const strike = this.crashStrikes;
+    const stderr = proc.stderrTail();
+    const msg = exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`;
+    log.warn({ agent: this.id, strike, msg }, 'agent crashed');
+    await this.report([
+      { event: 'agent_error', exception: 'ProcessExit', msg, stderr } as DrainedEvent,
+      { event: 'agent_crashed', exception: 'ProcessExit', msg, strike_count: strike, stderr } as DrainedEvent,
+    ]);
+    if (strike < STRIKES) {
+      await this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent]);
+      // Strike 1 resumes the session; strike 2 starts it afresh.
+      return this.restartUnlessTerminated(strike === 1, strike === 1 ? this.sessionId : null, null);
+    }
+    await this.report([
+      ...(this.launch.is_root ? [{ event: 'root_crash_escalation', crash_strikes: strike, stderr } as DrainedEvent] : []),
+      { event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent,
+    ]);
+    return this.giveUp();
+  }
+}
