@@ -2,7 +2,6 @@ import path from 'node:path';
 import { homePaths } from '../config.js';
 import type { EventDraft } from '../events/catalogue.js';
 import { cascadeOrder, depthOfTeamLedBy } from '../registry/queries.js';
-import { newlyReady } from '../registry/plan-graph.js';
 import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
@@ -286,22 +285,4 @@ export function terminationDrafts(state: RegistryState, callerId: string, target
     });
   }
   return drafts;
-}
-
-/**
- * The plan side of a child's end: approval drives its plan task `in_flight → done` and
- * readies the dependents it unblocks; a forced end drives it to `failed`.
- */
-export function planOutcomeDrafts(state: RegistryState, child: AgentRecord, outcome: 'done' | 'failed', reason: string): EventDraft[] {
-  if (!child.plan_id || !child.plan_task_id) return [];
-  const plan = state.plans.get(child.plan_id);
-  const planTask = plan?.tasks.get(child.plan_task_id);
-  if (!plan || !planTask || planTask.status !== 'in_flight') return [];
-  const base = { task_id: child.task_id, plan_id: plan.plan_id };
-  if (outcome === 'failed') return [{ event: 'task_failed', ...base, plan_task_id: planTask.id, reason }];
-  const after = new Map([...plan.tasks].map(([id, t]) => [id, { status: id === planTask.id ? ('done' as const) : t.status, depends_on: t.depends_on }]));
-  return [
-    { event: 'task_done', ...base, plan_task_id: planTask.id },
-    ...newlyReady(after).map((id) => ({ event: 'task_ready' as const, ...base, plan_task_id: id })),
-  ];
 }

@@ -1,9 +1,9 @@
 import path from 'node:path';
 import { homePaths } from '../config.js';
 import type { EventDraft } from '../events/catalogue.js';
-import { initialStatus, unmetDeps, validatePlanGraph, type PlanGraphError, type PlanTaskSpec } from '../registry/plan-graph.js';
+import { initialStatus, newlyReady, unmetDeps, validatePlanGraph, type PlanGraphError, type PlanTaskSpec } from '../registry/plan-graph.js';
 import { activePlan, depthOfTeamLedBy } from '../registry/queries.js';
-import type { AgentRecord, PlanRecord } from '../registry/state.js';
+import type { AgentRecord, PlanRecord, RegistryState } from '../registry/state.js';
 import { agentDrafts, assertDepthAllowed, teamDrafts, type SkillSource } from './agents.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
@@ -151,6 +151,24 @@ export function spawnForPlanTask(
     { event: 'task_spawned', task_id: caller.task_id, plan_id: plan.plan_id, plan_task_id: planTaskId, team_id: team.team_id, agent_id: agentId },
   );
   return { agentId, teamId: team.team_id, teamCreated: !existing, plan, drafts };
+}
+
+/**
+ * The plan side of a child's end: approval drives its plan task `in_flight → done` and
+ * readies the dependents it unblocks; a forced end drives it to `failed`.
+ */
+export function planOutcomeDrafts(state: RegistryState, child: AgentRecord, outcome: 'done' | 'failed', reason: string): EventDraft[] {
+  if (!child.plan_id || !child.plan_task_id) return [];
+  const plan = state.plans.get(child.plan_id);
+  const planTask = plan?.tasks.get(child.plan_task_id);
+  if (!plan || !planTask || planTask.status !== 'in_flight') return [];
+  const base = { task_id: child.task_id, plan_id: plan.plan_id };
+  if (outcome === 'failed') return [{ event: 'task_failed', ...base, plan_task_id: planTask.id, reason }];
+  const after = new Map([...plan.tasks].map(([id, t]) => [id, { status: id === planTask.id ? ('done' as const) : t.status, depends_on: t.depends_on }]));
+  return [
+    { event: 'task_done', ...base, plan_task_id: planTask.id },
+    ...newlyReady(after).map((id) => ({ event: 'task_ready' as const, ...base, plan_task_id: id })),
+  ];
 }
 
 function planGraphError(problem: PlanGraphError): DomainError {

@@ -1,10 +1,11 @@
 import type { EventDraft } from '../events/catalogue.js';
 import { activePlan, childrenPendingReview } from '../registry/queries.js';
 import { USER, type AgentRecord } from '../registry/state.js';
-import { planOutcomeDrafts, terminationDrafts } from './agents.js';
+import { terminationDrafts } from './agents.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
 import { toLeaderDraft } from './messages.js';
+import { planOutcomeDrafts } from './plans.js';
 import { rootReviewQuestion, rootTerminationQuestion } from './system-questions.js';
 
 /**

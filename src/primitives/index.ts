@@ -16,9 +16,9 @@ import { spawnAgent } from './spawn-agent.js';
 import { terminateChild } from './terminate-child.js';
 
 /**
- * The catalogue: every implemented primitive, once, in the seed's order (plus the
- * extension read_inbox). MCP registration, the JSON Schemas in schemas/ and the docs' tool
- * table all come from this list, so only implemented tools are ever listed.
+ * The catalogue: every tool, once, in the order `tools/list` gives them. MCP registration
+ * and the JSON Schemas in schemas/ are generated from this list; the table in
+ * docs/tools.md is checked against it (test/docs-tools.test.ts).
  */
 export const PRIMITIVES = [
   sendMessage,
