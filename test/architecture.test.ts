@@ -1,0 +1,199 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { PACKAGE_ROOT } from '../src/util/version.js';
+
+/**
+ * The import rule of docs/architecture.md, checked over the real import graph of `src/`:
+ * a layer imports only layers below it (and itself); the spawner process imports only what
+ * it shares with the server; decisions and state know no transport and do no I/O; and no
+ * file imports itself round a circle. Type-only imports count: a type cycle is a cycle.
+ */
+
+/** Lowest first. A file may import its own layer or one listed before it. */
+const LAYERS = ['util', 'config', 'identity', 'events', 'protocol', 'registry', 'domain', 'skills', 'runtime', 'primitives', 'server'] as const;
+/** Entry points: above everything, and never imported by a layer. */
+const ENTRY_POINTS = ['cli', 'demo', 'bench', 'scripts'] as const;
+/** The spawner process: its own stack, sharing only these with the server. */
+const SPAWNER_MAY_IMPORT = new Set(['spawner', 'protocol', 'events/catalogue', 'skills', 'util']);
+/** Packages that belong to the transport and process edges, never to decisions or state. */
+const EDGE_PACKAGES = ['express', '@modelcontextprotocol/sdk', 'pino', 'better-sse'];
+/** Decisions are pure: no file system, no processes, no database. */
+const IO_MODULES = ['node:fs', 'node:child_process', 'node:net', 'node:http', 'better-sqlite3'];
+
+type Graph = Map<string, { local: string[]; packages: string[] }>;
+
+const SRC = path.join(PACKAGE_ROOT, 'src');
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const full = path.join(dir, e.name);
+    if (e.isDirectory()) return sourceFiles(full);
+    return e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [full] : [];
+  });
+}
+
+/** Every `import … from 'x'`, `export … from 'x'`, `import 'x'` and `import('x')` of a file. */
+export function importSpecifiers(text: string): string[] {
+  const out: string[] = [];
+  const patterns = [/\b(?:import|export)\s[^;]*?\sfrom\s*['"]([^'"]+)['"]/g, /\bimport\s*['"]([^'"]+)['"]/g, /\bimport\(\s*['"]([^'"]+)['"]\s*\)/g];
+  for (const re of patterns) for (const m of text.matchAll(re)) out.push(m[1]!);
+  return out;
+}
+
+function buildGraph(): Graph {
+  const graph: Graph = new Map();
+  for (const file of sourceFiles(SRC)) {
+    const from = path.relative(SRC, file).split(path.sep).join('/');
+    const local: string[] = [];
+    const packages: string[] = [];
+    for (const spec of importSpecifiers(readFileSync(file, 'utf8'))) {
+      if (spec.startsWith('.')) local.push(path.posix.normalize(path.posix.join(path.posix.dirname(from), spec)).replace(/\.js$/, '.ts'));
+      else packages.push(spec);
+    }
+    graph.set(from, { local, packages });
+  }
+  return graph;
+}
+
+/** `domain/questions.ts` → `domain`; `config.ts` → `config`. */
+function layerOf(file: string): string {
+  const first = file.split('/')[0]!;
+  return first.replace(/\.ts$/, '');
+}
+
+function rank(layer: string): number {
+  const i = (LAYERS as readonly string[]).indexOf(layer);
+  if (i >= 0) return i;
+  if ((ENTRY_POINTS as readonly string[]).includes(layer)) return LAYERS.length + 1;
+  if (layer === 'spawner') return LAYERS.length; // beside server: only entry points may use it
+  return -1;
+}
+
+/** What breaks the rule, one line each (empty when the graph keeps it). */
+export function violations(graph: Graph): string[] {
+  const out: string[] = [];
+  for (const [from, { local, packages }] of graph) {
+    const layer = layerOf(from);
+    if (rank(layer) < 0) out.push(`${from}: in no layer (add its folder to the rule in docs/architecture.md and this test)`);
+    for (const to of local) {
+      if (!graph.has(to)) {
+        out.push(`${from} imports ${to}, which does not exist`);
+        continue;
+      }
+      const target = layerOf(to);
+      if (target === layer) continue;
+      if (layer === 'spawner') {
+        const allowed = SPAWNER_MAY_IMPORT.has(target) || SPAWNER_MAY_IMPORT.has(to.replace(/\.ts$/, ''));
+        if (!allowed) out.push(`${from} imports ${to}: the spawner process shares only ${[...SPAWNER_MAY_IMPORT].join(', ')} with the server`);
+        continue;
+      }
+      const isEntry = (ENTRY_POINTS as readonly string[]).includes(target);
+      if (isEntry || rank(target) >= rank(layer)) out.push(`${from} imports ${to}: ${layer} may not import ${target} (imports point down: ${LAYERS.join(' < ')} < entry points)`);
+    }
+    if (layer === 'registry' || layer === 'domain' || layer === 'events' || layer === 'protocol') {
+      for (const p of packages) if (EDGE_PACKAGES.some((e) => p === e || p.startsWith(`${e}/`))) out.push(`${from} imports ${p}: ${layer} knows no transport and no logger`);
+    }
+    if (layer === 'domain') {
+      for (const p of packages) if (IO_MODULES.includes(p)) out.push(`${from} imports ${p}: decisions do no I/O (the caller writes files, commits, waits)`);
+    }
+  }
+  return out;
+}
+
+/** Every circle of files (each reported once, from its smallest member). */
+export function cycles(graph: Graph): string[][] {
+  const found: string[][] = [];
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  let next = 0;
+  // Tarjan: a strongly connected component of more than one file (or a file importing itself) is a circle.
+  const visit = (v: string) => {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v)?.local ?? []) {
+      if (!graph.has(w)) continue;
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) === index.get(v)) {
+      const component: string[] = [];
+      let w: string;
+      do {
+        w = stack.pop()!;
+        onStack.delete(w);
+        component.push(w);
+      } while (w !== v);
+      const selfLoop = component.length === 1 && (graph.get(v)?.local ?? []).includes(v);
+      if (component.length > 1 || selfLoop) found.push(component.sort());
+    }
+  };
+  for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v);
+  return found.sort((a, b) => a[0]!.localeCompare(b[0]!));
+}
+
+describe('the import rule (docs/architecture.md)', () => {
+  const graph = buildGraph();
+
+  it('reads the real tree: every layer is there and imports were found', () => {
+    const layers = new Set([...graph.keys()].map(layerOf));
+    for (const layer of [...LAYERS, 'spawner', 'cli']) expect(layers, `no files in src/${layer}`).toContain(layer);
+    const edges = [...graph.values()].reduce((n, f) => n + f.local.length, 0);
+    expect(edges).toBeGreaterThan(100);
+  });
+
+  it('no layer imports upward, the spawner shares only what it must, decisions know no transport', () => {
+    expect(violations(graph)).toEqual([]);
+  });
+
+  it('no circle of imports, type-only ones included', () => {
+    expect(cycles(graph)).toEqual([]);
+  });
+
+  it('the checks catch what they are for (a planted upward import, a planted circle)', () => {
+    const planted: Graph = new Map([
+      ['registry/state.ts', { local: ['domain/agents.ts'], packages: [] }],
+      ['domain/agents.ts', { local: ['registry/state.ts', 'runtime/inbox.ts'], packages: ['express', 'node:fs'] }],
+      ['runtime/inbox.ts', { local: [], packages: [] }],
+      ['spawner/spawner.ts', { local: ['server/server.ts', 'protocol/spawner.ts', 'events/catalogue.ts'], packages: [] }],
+      ['server/server.ts', { local: ['cli/main.ts'], packages: [] }],
+      ['protocol/spawner.ts', { local: [], packages: [] }],
+      ['events/catalogue.ts', { local: [], packages: [] }],
+      ['cli/main.ts', { local: ['spawner/spawner.ts'], packages: [] }],
+    ]);
+    const found = violations(planted);
+    expect(found.some((v) => v.startsWith('registry/state.ts imports domain/agents.ts'))).toBe(true);
+    expect(found.some((v) => v.startsWith('domain/agents.ts imports runtime/inbox.ts'))).toBe(true);
+    expect(found.some((v) => v.startsWith('domain/agents.ts imports express'))).toBe(true);
+    expect(found.some((v) => v.startsWith('domain/agents.ts imports node:fs'))).toBe(true);
+    expect(found.some((v) => v.startsWith('spawner/spawner.ts imports server/server.ts'))).toBe(true);
+    expect(found.some((v) => v.startsWith('server/server.ts imports cli/main.ts'))).toBe(true);
+    // What is allowed is not reported.
+    expect(found.some((v) => v.includes('imports protocol/spawner.ts') || v.includes('imports events/catalogue.ts'))).toBe(false);
+    expect(found.some((v) => v.startsWith('cli/main.ts'))).toBe(false);
+    expect(cycles(planted)).toEqual([
+      ['cli/main.ts', 'server/server.ts', 'spawner/spawner.ts'],
+      ['domain/agents.ts', 'registry/state.ts'],
+    ]);
+  });
+
+  it('finds every kind of import statement', () => {
+    const text = [
+      "import { a } from './a.js';",
+      "import type { B } from '../b.js';",
+      "import {\n  c,\n  d,\n} from './cd.js';",
+      "export { e } from './e.js';",
+      "export type { F } from './f.js';",
+      "import './side-effect.js';",
+      "const g = await import('./g.js');",
+      "import express from 'express';",
+    ].join('\n');
+    expect(importSpecifiers(text).sort()).toEqual(['../b.js', './a.js', './cd.js', './e.js', './f.js', './g.js', './side-effect.js', 'express'].sort());
+  });
+});
