@@ -3,7 +3,7 @@ import type { Answer, QuestionItem } from '../registry/state.js';
 
 /**
  * Answers to ask_user questions: validation against the questions asked, the server-derived
- * `selected_values`, and the `answer_text` rendering of the seed. Pure functions.
+ * `selected_values`, and the `answer_text` rendering (docs/tools.md, ask_user). Pure functions.
  */
 
 export interface AnswerInput {
@@ -30,7 +30,7 @@ function validateOne(q: QuestionItem, a: AnswerInput, i: number): Answer {
     new DomainError('invalid_input', `answers[${i}].${field}: ${message}`, { field: `answers[${i}].${field}`, index: i });
   const text = typeof a.text === 'string' && a.text.trim().length > 0 ? a.text : null;
   const chosen = [...new Set(a.selected_labels)];
-  // "Other" is the typed-answer path: stored like the seed's, as no label plus the text.
+  // "Other" is the typed-answer path: stored as no label plus the text.
   const labels = chosen.filter((l) => l !== OTHER);
   if (q.options.length === 0) {
     if (labels.length > 0) throw fail('selected_labels', 'this is a free-text question; leave selected_labels empty and put the answer in text');
@@ -57,7 +57,7 @@ function validateOne(q: QuestionItem, a: AnswerInput, i: number): Answer {
   };
 }
 
-/** The seed's rules: one line per sub-question, prefixed with its header when it has one. */
+/** One line per sub-question, prefixed with its header when it has one. */
 export function renderAnswerText(questions: readonly QuestionItem[], answers: readonly Answer[]): string {
   return questions
     .map((q, i) => {

@@ -1,10 +1,9 @@
 import { z } from 'zod';
 
 /**
- * The event catalogue: one zod schema per event, the fields the seed's observability
- * catalogue names (plus the standalone events SPEC §3–§5 adds). Every stored event also
- * carries the envelope `{seq, ts, event, task_id}`. Names and fields follow the seed so the
- * code can be held against `shared/seeds/observability.md` line by line.
+ * The event catalogue: one zod schema per event. Every stored event also carries the
+ * envelope `{seq, ts, event, task_id}`. docs/events.md lists each event with its fields
+ * and who emits it; schemas/events/ holds the JSON Schemas generated from these.
  *
  * Internal producers are typed by these schemas at compile time; events that arrive from
  * outside (a spawner's drain) are validated against them at run time.
@@ -92,7 +91,7 @@ export const EVENT_FIELDS = {
     rules: z.array(z.string()),
     via: z.enum(['create_team', 'spawn_agent']),
   }),
-  /** Standalone: a team was created deeper than the warning depth (SPEC §4). */
+  /** Standalone: a team was created deeper than the warning depth (docs/tools.md, Limits). */
   'depth.warning': z.object({
     team_id: id,
     depth: z.number().int(),

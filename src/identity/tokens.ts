@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 
 /**
- * Agent and spawner tokens: JWTs signed HS256. Claims per SPEC §2.2: `sub` (the agent id,
+ * Agent and spawner tokens: JWTs signed HS256. Claims (docs/api.md, Authentication): `sub` (the agent id,
  * or the spawner's id), `task_id` (agents), `kind`, `iss` = `aud` = "beidou", `iat`, `exp`,
  * `jti`. Verified tokens are cached by their string until `exp`, since verification is on
  * the hot path of every tool call.

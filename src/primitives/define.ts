@@ -30,7 +30,7 @@ export interface Primitive<I extends z.ZodObject = z.ZodObject, O extends z.ZodO
   inputSchema: I;
   outputSchema: O;
   annotations?: ToolAnnotations;
-  /** Usable by a leader while a direct child's review is pending (the review gate, SPEC §3). */
+  /** Usable by a leader while a direct child's review is pending (the review gate, docs/tools.md). */
   allowedDuringReview?: boolean;
   handler: (input: z.infer<I>, ctx: ToolContext) => Promise<z.infer<O>>;
 }

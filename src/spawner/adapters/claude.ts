@@ -75,7 +75,7 @@ export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings
 const userTurn = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } });
 
 /**
- * The `claude` adapter (SPEC §6): Claude Code headless in streaming mode. The first user
+ * The `claude` adapter (docs/claude-code.md): Claude Code headless in streaming mode. The first user
  * turn is the task (or, on a resume, the nudge if any); each inbox message is the next user
  * turn; stdout is drained into events.
  */

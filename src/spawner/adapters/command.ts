@@ -4,7 +4,7 @@ import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.
 import { agentEnvironment, wrapChild } from '../adapter.js';
 
 /**
- * The `command` adapter (SPEC §6): any command line, through a shell. The agent learns who
+ * The `command` adapter (docs/spawner-protocol.md): any command line, through a shell. The agent learns who
  * it is from its environment, reads its inbox as JSON lines on stdin (closed when it is
  * terminated), and may print JSON objects with an `event` field on stdout to report events;
  * any other output is logged. Each event line also counts as a clean turn.
