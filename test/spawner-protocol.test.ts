@@ -1,6 +1,6 @@
 import { createParser } from 'eventsource-parser';
 import { afterEach, describe, expect, it } from 'vitest';
-import { waitForEvent } from './support/events.js';
+import { durableEvents, eventsNamed, waitForEvent } from './support/events.js';
 import { connectAgent, removeHome, startTestServer, type TestServer } from './support/server.js';
 
 /**
@@ -144,5 +144,35 @@ describe('spawner protocol', () => {
     const agentToken = await fetch(`${ts.url}/api/spawner/heartbeat`, { method: 'POST', headers: { authorization: `Bearer ${launchB.token}`, 'beidou-spawner-instance': 'x', 'content-type': 'application/json' }, body: '{}' });
     expect(agentToken.status).toBe(401);
     expect(((await agentToken.json()) as { error: string }).error).toBe('wrong_token_kind');
+  });
+
+  // The one "a message from the leader is rework" rule serves both senders: an agent (or the
+  // user) through send_message, and the user's Rework at the gateway. An agent already on its
+  // way out keeps its hand-off: the rework message is recorded, the review is not acknowledged.
+  it('a Rework for a root that is being terminated does not acknowledge its review', async () => {
+    ts = await startTestServer();
+    const s = await spawner('box-1');
+    await s.next('hello');
+    const task = (await ts.api('POST', '/tasks', { task: 'rework guard' })).body;
+    const launch = await s.next('launch');
+    expect(await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'sess-1', resumed: false })).toMatchObject({ status: 200 });
+    const root = await connectAgent(ts.url, launch.token);
+    expect((await root.call('signal_review', { detail: '[REVIEW REQUIRED] all done' })).ok).toBe(true);
+    await root.close();
+    const question = await waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked' && e.origin === 'root_review');
+
+    // The task is terminated; the spawner has the terminate command but has not acknowledged it.
+    expect(await ts.api('POST', `/tasks/${task.task_id}/terminate`, {})).toMatchObject({ status: 200 });
+    await s.next('terminate');
+    expect(ts.server.services.registry.agent(task.root_agent_id)).toMatchObject({ terminate_posted: true, terminate_consumed: false });
+
+    const answered = await ts.api('POST', `/questions/${question.qid}/answer`, { answers: [{ selected_labels: ['Rework'], text: 'one more pass' }] });
+    expect(answered).toMatchObject({ status: 200 });
+    const all = durableEvents(ts, task.task_id);
+    const answer = eventsNamed(all, 'question_answered')[0]!;
+    expect(eventsNamed(all, 'completion.reported')).toEqual([expect.objectContaining({ decision: 'rework', seq: answer.seq + 1 })]);
+    expect(eventsNamed(all, 'send_message', (e) => e.caller_id === 'user')).toEqual([expect.objectContaining({ to: task.root_agent_id, content: 'one more pass' })]);
+    expect(eventsNamed(all, 'review.acknowledged')).toEqual([]);
+    expect(ts.server.services.registry.agent(task.root_agent_id)!.review).not.toBeNull();
   });
 });

@@ -7,6 +7,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { loadConfig } from '../../src/config.js';
 import { startServer, type BeidouServer } from '../../src/server/server.js';
+import type { Clock } from '../../src/util/clock.js';
 
 /**
  * Test support: the real server on a free loopback port with a temp home, and real MCP SDK
@@ -26,10 +27,10 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startTestServer(opts: { home?: string; env?: Record<string, string> } = {}): Promise<TestServer> {
+export async function startTestServer(opts: { home?: string; env?: Record<string, string>; clock?: Clock } = {}): Promise<TestServer> {
   const home = opts.home ?? tempHome();
   const config = loadConfig({ port: '0', home }, { ...opts.env });
-  const server = await startServer(config, { logger: pino({ level: 'silent' }) });
+  const server = await startServer(config, { logger: pino({ level: 'silent' }), ...(opts.clock ? { clock: opts.clock } : {}) });
   const api = async (method: string, route: string, body?: unknown, token = server.adminToken) => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
@@ -43,6 +44,23 @@ export async function startTestServer(opts: { home?: string; env?: Record<string
     return { status: res.status, body: text ? JSON.parse(text) : undefined, headers: res.headers };
   };
   return { server, url: server.url, home, adminToken: server.adminToken, api, close: () => server.close() };
+}
+
+/**
+ * A clock the test moves by hand: the server's one clock (event `ts`, the watchdog, token
+ * expiry, session expiry, heartbeats) reads it, so time-driven behaviour needs no sleep.
+ * It starts at the real time so tokens minted against it are valid.
+ */
+export class FakeClock implements Clock {
+  private t = Math.floor(Date.now() / 1000);
+
+  now(): number {
+    return this.t;
+  }
+
+  advance(seconds: number): void {
+    this.t += seconds;
+  }
 }
 
 export function removeHome(home: string): void {
