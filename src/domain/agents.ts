@@ -25,8 +25,8 @@ export interface SkillSpec {
 export interface SkillSource {
   has(name: string): boolean;
   names(): string[];
-  /** The skill, or `unknown_skill` naming `field` (`label` in the message). */
-  require(name: string, field: string, label?: string): SkillSpec;
+  /** The skill, or `unknown_skill` naming the input `field` that named it (`message` to word it otherwise). */
+  require(name: string, field: string | null, message?: string): SkillSpec;
 }
 
 /** A new agent's display name: its role as a slug plus the id's tail, e.g. `writer-3256`. */

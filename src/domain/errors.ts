@@ -77,7 +77,7 @@ export const invalidInput = (field: string, message: string, details: ErrorDetai
   new DomainError('invalid_input', `${field}: ${message}`, { field, ...details });
 
 /** `['roles', 1, 'skill']` → `roles[1].skill`. */
-export function fieldPath(path: readonly PropertyKey[]): string {
+function fieldPath(path: readonly PropertyKey[]): string {
   let out = '';
   for (const part of path) {
     if (typeof part === 'number') out += `[${part}]`;

@@ -61,9 +61,15 @@ export function inboxPosted(
  * rework, so the hand-off is cleared (`review.acknowledged`) — unless the agent is already
  * on its way out.
  */
-export function messageDrafts(ctx: Pick<DomainContext, 'ids'>, fromId: string, recipient: AgentRecord, content: string): EventDraft[] {
+export function messageDrafts(
+  ctx: Pick<DomainContext, 'ids'>,
+  fromId: string,
+  recipient: AgentRecord,
+  content: string,
+  messageId: string = ctx.ids.next('msg'),
+): EventDraft[] {
   const drafts: EventDraft[] = [
-    { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: ctx.ids.next('msg') },
+    { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: messageId },
   ];
   const fromLeader = fromId === USER || fromId === recipient.leader_id;
   if (fromLeader && (recipient.review || recipient.termination_request) && !recipient.terminate_posted) {
@@ -100,8 +106,8 @@ export function postMessage(ctx: DomainContext, fromId: string, recipient: Agent
       { to: recipient.agent_id, undelivered: recipient.inbox.size, undelivered_chars: recipient.inbox_chars, max_chars: maxChars },
     );
   }
-  const drafts = messageDrafts(ctx, fromId, recipient, content);
-  return { messageId: (drafts[0] as { message_id: string }).message_id, drafts };
+  const messageId = ctx.ids.next('msg');
+  return { messageId, drafts: messageDrafts(ctx, fromId, recipient, content, messageId) };
 }
 
 /**

@@ -15,7 +15,7 @@ import { DomainError } from './errors.js';
  * renamed to `{plan_id}.removed.json` when the plan is removed.
  */
 
-export function planPath(home: string, taskId: string, planId: string): string {
+function planPath(home: string, taskId: string, planId: string): string {
   return path.join(homePaths(home).plans, taskId, `${planId}.json`);
 }
 
@@ -124,7 +124,7 @@ export function spawnForPlanTask(
 ): { agentId: string; teamId: string; teamCreated: boolean; plan: PlanRecord; drafts: EventDraft[] } {
   const { plan, planTask } = spawnablePlanTask(ctx, caller, planTaskId);
   const { existing, depth } = spawnTeam(ctx, caller);
-  const skill = skills.require(planTask.skill, 'skill', `plan task "${planTaskId}": skill`);
+  const skill = skills.require(planTask.skill, null, `the skill "${planTask.skill}" of "${planTaskId}" could not be loaded`);
   const drafts: EventDraft[] = [];
   const team = existing ?? { team_id: ctx.ids.next('tm'), name: `team-${caller.name}` };
   if (!existing) {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { systemClock, type Clock } from '../util/clock.js';
 
 /**
  * Agent and spawner tokens: JWTs signed HS256. Claims (docs/api.md, Authentication): `sub` (the agent id,
@@ -41,7 +42,7 @@ export class TokenService {
   constructor(
     secret: string,
     private readonly ttlSeconds: number,
-    private readonly nowSeconds: () => number = () => Date.now() / 1000,
+    private readonly clock: Clock = systemClock,
   ) {
     this.key = new TextEncoder().encode(secret);
   }
@@ -55,7 +56,7 @@ export class TokenService {
   }
 
   private async mint(claims: Record<string, string>, subject: string): Promise<string> {
-    const iat = Math.floor(this.nowSeconds());
+    const iat = Math.floor(this.clock.now());
     return new SignJWT(claims)
       .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
       .setSubject(subject)
@@ -71,7 +72,7 @@ export class TokenService {
   async verify(token: string): Promise<TokenClaims> {
     const cached = this.cache.get(token);
     if (cached) {
-      if (cached.exp > this.nowSeconds()) return cached;
+      if (cached.exp > this.clock.now()) return cached;
       this.cache.delete(token);
       throw new TokenError('token_expired', 'the token has expired; ask for a fresh one');
     }
@@ -81,7 +82,7 @@ export class TokenService {
         algorithms: ['HS256'],
         issuer: ISSUER,
         audience: AUDIENCE,
-        currentDate: new Date(this.nowSeconds() * 1000),
+        currentDate: new Date(this.clock.now() * 1000),
       }));
     } catch (err) {
       if (err instanceof joseErrors.JWTExpired) {

@@ -1,7 +1,7 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
 import type { EventLog } from '../events/log.js';
 import { reduce } from './reducer.js';
-import { emptyState, type AgentRecord, type RegistryState, type TaskRecord, type TeamRecord } from './state.js';
+import { emptyState, type AgentRecord, type RegistryState, type TaskRecord } from './state.js';
 
 export type CommitObserver = (events: readonly StoredEvent[]) => void;
 
@@ -54,9 +54,5 @@ export class Registry {
 
   agent(agentId: string): AgentRecord | undefined {
     return this.state.agents.get(agentId);
-  }
-
-  team(teamId: string): TeamRecord | undefined {
-    return this.state.teams.get(teamId);
   }
 }

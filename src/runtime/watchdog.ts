@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import type { DomainContext } from '../domain/context.js';
-import { idleNudges, reviewPings, type ActivityView } from '../domain/watchdog.js';
+import { idleNudge, liveAgents, pendingQuestions, reviewPing, type ActivityView } from '../domain/watchdog.js';
 import type { EventDraft } from '../events/catalogue.js';
 import type { Registry } from '../registry/registry.js';
 import type { TaskRecord } from '../registry/state.js';
@@ -9,8 +9,8 @@ import type { Clock } from '../util/clock.js';
 
 /**
  * The watchdog's timer: every `BEIDOU_WATCHDOG_S` it runs the two passes of
- * domain/watchdog.ts over each running task and commits what they decide, one batch at a
- * time. A pass that fails is logged and recorded (`watchdog.exception`); it never crashes
+ * domain/watchdog.ts over each running task, deciding for one agent and committing that
+ * before it decides the next. A pass that fails is logged and recorded (`watchdog.exception`); it never crashes
  * the server. `tick()` is public so a test can drive it with a fake clock.
  */
 export class Watchdog {
@@ -46,18 +46,26 @@ export class Watchdog {
     try {
       for (const task of registry.state.tasks.values()) {
         if (task.status !== 'running') continue;
-        await this.pass(task, 'A', () => reviewPings(domain, task, clock.now()));
-        await this.pass(task, 'B', () => idleNudges(domain, task, clock.now(), activity));
+        // Each decision is made just before its commit, on the state the previous one left.
+        await this.pass(task, 'A', async (commit) => {
+          for (const child of liveAgents(registry.state, task)) {
+            for (const pending of ['review', 'termination'] as const) await commit(reviewPing(domain, child, pending, clock.now()));
+          }
+        });
+        await this.pass(task, 'B', async (commit) => {
+          const questions = pendingQuestions(registry.state, task);
+          for (const agent of liveAgents(registry.state, task)) await commit(idleNudge(domain, agent, questions, clock.now(), activity));
+        });
       }
     } finally {
       this.running = false;
     }
   }
 
-  private async pass(task: TaskRecord, pass: 'A' | 'B', decide: () => EventDraft[][]): Promise<void> {
+  private async pass(task: TaskRecord, pass: 'A' | 'B', run: (commit: (drafts: EventDraft[] | null) => Promise<unknown>) => Promise<void>): Promise<void> {
     const { registry, logger } = this.deps;
     try {
-      for (const batch of decide()) await registry.commit(batch);
+      await run(async (drafts) => drafts && registry.commit(drafts));
     } catch (err) {
       logger.error({ err, pass, task_id: task.task_id }, 'watchdog pass failed');
       await registry

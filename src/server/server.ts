@@ -71,7 +71,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
 
   const log = new JsonlEventLog(paths.events, clock);
   const registry = new Registry(log);
-  const openedAt = clock.now();
+  const openedAt = performance.now(); // a duration for the log line, not a time of day
   await registry.open();
   const rollups = new SqliteRollups(paths.statsDb, registry.state, (err) =>
     logger.error({ err }, 'could not write the rollups (stats.db); `beidou stats rebuild` recreates them'),
@@ -84,7 +84,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const stopping = new AbortController();
   const ids = options.ids ?? randomIds;
   const domain: DomainContext = { state: registry.state, config, ids };
-  const tokens = new TokenService(secret, config.tokenTtlS, () => clock.now());
+  const tokens = new TokenService(secret, config.tokenTtlS, clock);
   const inboxes = new Inboxes(registry);
   const activity = new Activity();
   const services: Services = {
@@ -105,7 +105,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   };
   const watchdog = new Watchdog({ registry, domain, config, clock, activity, logger });
   logger.info(
-    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Math.round((clock.now() - openedAt) * 1000) },
+    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Math.round(performance.now() - openedAt) },
     'registry rebuilt from the event logs',
   );
 
@@ -126,6 +126,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
     mcp.onDurable(events);
   });
   inboxes.onArrival((agentId, message) => mcp.notifyArrival(agentId, message));
+
   const app = buildApp(services, auth, mcp, stopping.signal);
   const httpServer = http.createServer(app);
   // Long-blocking tool calls (ask_user) must not be cut by Node's default timeouts.

@@ -125,20 +125,15 @@ export class SkillCatalog {
 
   /**
    * A skill a caller named (a tool input, an API body, a plan task): loaded, or refused as
-   * `unknown_skill` naming where it was named (`field`, or a longer `label` for the
-   * message), why it did not load, and what exists.
+   * `unknown_skill` with why it did not load and what exists. `field` is the input field
+   * that named it (none for a plan task's skill); `message` overrides the default wording.
    */
-  require(name: string, field: string, label = field): Skill {
+  require(name: string, field: string | null, message = `${field ?? 'skill'} "${name}" does not resolve to a loadable SKILL.md`): Skill {
     try {
       return this.load(name);
     } catch (err) {
       const reason = err instanceof SkillLoadError ? err.message : String(err);
-      throw new DomainError('unknown_skill', `${label} "${name}" does not resolve to a loadable SKILL.md`, {
-        field,
-        skill: name,
-        reason,
-        available: this.names(),
-      });
+      throw new DomainError('unknown_skill', message, { ...(field ? { field } : {}), skill: name, reason, available: this.names() });
     }
   }
 

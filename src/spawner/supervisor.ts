@@ -6,7 +6,7 @@ import type { Adapter, AgentProcess } from './adapter.js';
 /** Consecutive strikes before the spawner stops resuming an agent (docs/spawner-protocol.md). */
 const STRIKES = 3;
 
-export const CONTRACT_NUDGE =
+const CONTRACT_NUDGE =
   '[BEIDOU] Your session ended although nobody terminated you. You are a persistent agent: never exit on your own. ' +
   'If your work is done, call mcp__beidou__signal_review and end your turn to wait for your leader; otherwise carry on.';
 

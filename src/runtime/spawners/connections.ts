@@ -62,19 +62,23 @@ export class SpawnerConnections {
     return [...this.open.values()];
   }
 
-  /** Spawners past their missed beats: forgotten here, their streams closed; the caller releases their agents. */
-  takeLost(): string[] {
-    const limit = MISSED_BEATS * this.heartbeatS;
-    const now = this.clock.now();
-    const lost: string[] = [];
-    for (const [spawnerId, beat] of this.lastBeat) {
-      if (now - beat <= limit) continue;
-      this.lastBeat.delete(spawnerId);
-      this.open.get(spawnerId)?.close();
-      this.open.delete(spawnerId);
-      lost.push(spawnerId);
-    }
-    return lost;
+  /** Every spawner with a heartbeat record: the candidates for a heartbeat check. */
+  tracked(): string[] {
+    return [...this.lastBeat.keys()];
+  }
+
+  /**
+   * Whether the spawner has missed its beats as of `now`: if so it is forgotten here and its
+   * stream closed, and the caller releases its agents. Asked one spawner at a time, so a
+   * beat that lands while an earlier loss is being committed still counts.
+   */
+  dropIfSilent(spawnerId: string, now: number): boolean {
+    const beat = this.lastBeat.get(spawnerId);
+    if (beat === undefined || now - beat <= MISSED_BEATS * this.heartbeatS) return false;
+    this.lastBeat.delete(spawnerId);
+    this.open.get(spawnerId)?.close();
+    this.open.delete(spawnerId);
+    return true;
   }
 
   closeAll(): void {

@@ -18,7 +18,7 @@ import { Scheduler } from './scheduler.js';
  * leave only once the events that cause them are durable.
  */
 export class SpawnerHub {
-  readonly connections: SpawnerConnections;
+  private readonly connections: SpawnerConnections;
   private readonly deliveries: Deliveries;
   private readonly scheduler: Scheduler;
   private timer: NodeJS.Timeout | null = null;
@@ -86,7 +86,9 @@ export class SpawnerHub {
 
   /** A spawner that missed three beats loses its agents; another spawner resumes them. */
   private async checkHeartbeats(): Promise<void> {
-    for (const spawnerId of this.connections.takeLost()) {
+    const now = this.deps.clock.now();
+    for (const spawnerId of this.connections.tracked()) {
+      if (!this.connections.dropIfSilent(spawnerId, now)) continue;
       await this.lose(spawnerId).catch((err: unknown) => this.deps.logger.error({ err, spawnerId }, 'could not release a lost spawner'));
     }
   }
