@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { messageDrafts } from '../src/domain/messages.js';
 import { durableEvents, eventsNamed } from './support/events.js';
 import { agentToken, connectAgent, createTask, FakeClock, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
 
@@ -108,5 +109,32 @@ describe('watchdog (fake clock)', () => {
     expect(nudgesOf(await after(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
     expect(nudgesOf(await after(1, task.task_id))).toEqual([expect.objectContaining({ nudge_count: 1 })]);
     expect(eventsNamed(durableEvents(ts, task.task_id), 'watchdog.exception')).toEqual([]);
+  });
+
+  it('each decision sees what landed while the previous watchdog commit was being written', async () => {
+    const task = await createTask(ts);
+    const rootId = task.root_agent_id;
+    const root = await connect(task.token);
+    await ok(root.call('declare_plan', { tasks: [t('a'), t('b')] }));
+    const aId = (await ok(root.call('spawn_agent', { task_id: 'a' }))).agent_id as string;
+    const bId = (await ok(root.call('spawn_agent', { task_id: 'b' }))).agent_id as string;
+    for (const id of [aId, bId]) await ok((await connect(await agentToken(ts, id))).call('signal_review', { detail: '[REVIEW REQUIRED] ready' }));
+
+    // The moment a's ping is applied (before it is on disk), the root's rework to b is
+    // committed too: it lands while the watchdog waits for a's ping to be durable.
+    const { registry, domain } = ts.server.services;
+    let reworked = false;
+    const unsubscribe = registry.observe((events) => {
+      if (reworked || !events.some((e) => e.event === 'completion.reping' && (e as { agent_id?: string }).agent_id === aId)) return;
+      reworked = true;
+      queueMicrotask(() => void registry.commit(messageDrafts(domain, rootId, registry.agent(bId)!, 'rework please')));
+    });
+    const committed = await after(REVIEW_PING_S, task.task_id);
+    unsubscribe();
+    expect(reworked).toBe(true);
+    // b's review was acknowledged before the watchdog got to b: b is not pinged about it.
+    expect(committed.filter((e) => e.event === 'completion.reping').map((e) => e.agent_id)).toEqual([aId]);
+    expect(committed.filter((e) => e.event === 'review.acknowledged').map((e) => e.agent_id)).toEqual([bId]);
+    expect(committed.filter((e) => e.event === 'inbox.posted' && String(e.content).includes(bId))).toEqual([]);
   });
 });
