@@ -4,7 +4,7 @@ import type { QuestionItem } from '../src/registry/state.js';
 import { renderAnswerText, validateAnswers, type AnswerInput } from '../src/domain/answers.js';
 
 /**
- * The answer side of ask_user (tool-surface.md, ask_user "answer_text rendering rules" and the
+ * The answer side of ask_user (docs/tools.md: ask_user's answer_text and the
  * answer_question input): validation against the questions asked, selected_values, answer_text.
  */
 
@@ -50,7 +50,7 @@ function errorOf(fn: () => unknown): DomainError {
   throw new Error('expected a DomainError, but nothing was thrown');
 }
 
-describe('renderAnswerText (seed rendering rules)', () => {
+describe('renderAnswerText (the answer_text rules of docs/tools.md)', () => {
   it('free-text only: the typed text', () => {
     expect(answerText([freeText()], [answer([], 'ship on friday')])).toBe('ship on friday');
   });

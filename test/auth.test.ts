@@ -10,7 +10,7 @@ import { PRIMITIVES } from '../src/primitives/index.js';
 import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
 
 /**
- * SPEC §2.2 / §2.3: who may call what. Every refusal is 401 with a JSON `{error, message}`
+ * docs/api.md (Authentication, Errors): who may call what. Every refusal is 401 with a JSON `{error, message}`
  * body and a `WWW-Authenticate: Bearer ...` header, on /mcp and on /api alike.
  */
 
@@ -77,7 +77,7 @@ async function expect401(res: Response, code: string): Promise<void> {
   expect((body.message as string).length).toBeGreaterThan(0);
 }
 
-describe('authentication (SPEC §2.2)', () => {
+describe('authentication (docs/api.md)', () => {
   let ts: TestServer;
   const agents: TestAgent[] = [];
   beforeAll(async () => {
@@ -348,7 +348,7 @@ describe('authentication (SPEC §2.2)', () => {
   });
 });
 
-describe('secrets in the home (SPEC §2.2)', () => {
+describe('secrets in the home (docs/api.md)', () => {
   it('writes admin.token and secret with mode 0600, and repairs a loosened mode on restart', async () => {
     let ts = await startTestServer();
     const home = ts.home;

@@ -461,7 +461,7 @@ describe('plans, spawning and reviews: error codes', () => {
       const res = await root.call('list_pending_reviews');
       expect(res.ok).toBe(true);
       if (!res.ok) return;
-      // MCP needs an object: the seed's array comes wrapped, in structuredContent and in the text.
+      // MCP needs an object: the list of reviews comes wrapped, in structuredContent and in the text.
       expect(Object.keys(res.value)).toEqual(['reviews']);
       expect(JSON.parse((res.raw.content[0] as { text: string }).text)).toEqual(res.value);
       const reviews = res.value.reviews as Array<Record<string, any>>;

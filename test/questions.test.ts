@@ -4,8 +4,8 @@ import { agentToken, connectAgent, createTask, removeHome, startTestServer, type
 import { until } from './support/poll.js';
 
 /**
- * ask_user, answer_question, escalate_question and the user gateway (tool-surface.md; SPEC §2.4
- * question routes, §3 ask_user and Root review), over HTTP against the real server with real
+ * ask_user, answer_question, escalate_question and the user gateway (docs/tools.md; the
+ * question routes of docs/api.md; the root's review), over HTTP against the real server with real
  * MCP clients. Synchronisation is by polling the admin API with a deadline, never by sleeping.
  */
 
@@ -345,7 +345,7 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     ]);
   });
 
-  it('renders a multi-select and free-text answers per the seed, with headers', async () => {
+  it('renders a multi-select and free-text answers as docs/tools.md gives them, with headers', async () => {
     const { taskId, child, childId, grandchild, grandchildId } = await hierarchy();
     const questions: Question[] = [
       {
@@ -487,8 +487,8 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     await answerGoesToInbox(task, held.qid);
   });
 
-  // SPEC §3: "if the call ends first (client timeout, dropped connection, server restart), the
-  // question stays pending, and its answer is delivered to the asker's inbox". The dropped
+  // docs/tools.md: if the call ends first (client timeout, dropped connection, server restart),
+  // the question stays pending, and its answer is delivered to the asker's inbox. The dropped
   // connection sends no notifications/cancelled: the server itself must end the call, or the
   // answer would go to a waiter nobody reads.
   it('an ask_user whose connection drops gets its answer through the inbox', async () => {
@@ -500,7 +500,7 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     await answerGoesToInbox(task, held.qid);
   });
 
-  // SPEC §2.1: in-flight requests are finished or failed on shutdown; a blocked ask_user ends
+  // On shutdown in-flight requests are finished or failed; a blocked ask_user ends
   // promptly with gateway_unavailable (its question stays pending).
   it('fails an in-flight ask_user promptly with gateway_unavailable when the server stops', async () => {
     const task = await createTask(ts);

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
 
 /**
- * The seed's topology walkthrough, end to end over HTTP: every agent is a real MCP client
+ * A whole team's life, end to end over HTTP: every agent is a real MCP client
  * with its own token.
  */
 describe('topology walkthrough', () => {
@@ -125,7 +125,7 @@ describe('topology walkthrough', () => {
     const refused = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { authorization: `Bearer ${task.token}`, 'content-type': 'application/json' }, body: '{}' });
     expect(refused.status).toBe(401);
 
-    // The log holds the seed's events in the promised order.
+    // The log holds the events in the order docs/events.md promises.
     const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<Record<string, any>>;
     const idx = (pred: (e: Record<string, any>) => boolean) => events.findIndex(pred);
     const teamCreated = idx((e) => e.event === 'team_created' && e.team_id === design.team_id);

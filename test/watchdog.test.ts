@@ -3,7 +3,7 @@ import { durableEvents, eventsNamed, waitForEvent, type AnyEvent } from './suppo
 import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
 
 /**
- * The server's watchdog (SPEC §4) with short intervals: pass A (a pending review pings the
+ * The server's watchdog (docs/architecture.md) with short intervals: pass A (a pending review pings the
  * leader twice, then escalates to the user gateway, then stays silent) and pass B (an idle
  * root or leader is nudged twice, then escalated; activity restarts the ladder). Every wait
  * is on an event (the in-process log subscription), never on a fixed sleep.
@@ -203,7 +203,7 @@ describe('watchdog', () => {
     expect(nudge.nudge_count).toBe(1);
   });
 
-  // SPEC §4: an agent with children that has run (here it declared a plan and spawned over
+  // An agent with children that has run (here it declared a plan and spawned over
   // MCP itself) is nudged when idle, even though its launch is still queued for a spawner.
   it('pass B: a sub-leader that ran (declared a plan and spawned a child itself) is nudged when idle', async () => {
     const { root, rootId, taskId } = await newRoot();
