@@ -9,8 +9,8 @@ import { assemblePrompt, firstMessage } from './prompt.js';
 
 /**
  * Agents, teams and tasks: registering agents (with their launch request), creating teams
- * and tasks, terminating agents and what that does to their plan tasks. Each returns
- * event drafts for the caller to commit.
+ * and tasks, and terminating agents (what an end does to a plan task is in plans.ts). Each
+ * returns event drafts for the caller to commit.
  */
 
 /** What registering an agent needs of its skill (a loaded SKILL.md has all of it). */
