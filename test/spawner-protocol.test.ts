@@ -1,7 +1,7 @@
 import { createParser } from 'eventsource-parser';
 import { afterEach, describe, expect, it } from 'vitest';
 import { durableEvents, eventsNamed, waitForEvent } from './support/events.js';
-import { connectAgent, removeHome, startTestServer, type TestServer } from './support/server.js';
+import { connectAgent, FakeClock, removeHome, startTestServer, type TestServer } from './support/server.js';
 
 /**
  * The spawner protocol over plain HTTP, with a hand-driven spawner: every command and post
@@ -174,5 +174,44 @@ describe('spawner protocol', () => {
     expect(eventsNamed(all, 'send_message', (e) => e.caller_id === 'user')).toEqual([expect.objectContaining({ to: task.root_agent_id, content: 'one more pass' })]);
     expect(eventsNamed(all, 'review.acknowledged')).toEqual([]);
     expect(ts.server.services.registry.agent(task.root_agent_id)!.review).not.toBeNull();
+  });
+
+  // Lost spawners are released one at a time: a spawner that beats while another one's
+  // loss is being committed keeps its agents (and takes over the lost one's).
+  it('a heartbeat that lands while another spawner is being released counts', async () => {
+    const clock = new FakeClock();
+    ts = await startTestServer({ clock, env: { BEIDOU_SPAWNER_HEARTBEAT_S: '0.05' } });
+    const a = await spawner('box-a', 2);
+    const helloA = await a.next('hello');
+    const b = await spawner('box-b', 2);
+    const helloB = await b.next('hello');
+    const t1 = (await ts.api('POST', '/tasks', { task: 'one' })).body;
+    const t2 = (await ts.api('POST', '/tasks', { task: 'two' })).body;
+    await waitForEvent(ts, t1.task_id, (e) => e.event === 'launch.assigned');
+    await waitForEvent(ts, t2.task_id, (e) => e.event === 'launch.assigned');
+    const { registry } = ts.server.services;
+    const onA = [t1, t2].find((t) => registry.agent(t.root_agent_id)!.spawner_id === helloA.spawner_id)!;
+    const onB = [t1, t2].find((t) => registry.agent(t.root_agent_id)!.spawner_id === helloB.spawner_id)!;
+    expect(onA).toBeDefined();
+    expect(onB).toBeDefined();
+
+    // Both fall silent past three beats; B's beat arrives while A's loss is being committed.
+    const unsubscribe = registry.observe((events) => {
+      if (events.some((e) => e.event === 'spawner.lost' && (e as { spawner_id?: string }).spawner_id === helloA.spawner_id)) {
+        ts.server.services.spawners.heartbeat(helloB.spawner_id);
+      }
+    });
+    clock.advance(1);
+    const outcome = await Promise.race([
+      waitForEvent(ts, onA.task_id, (e) => e.event === 'launch.assigned' && e.spawner_id === helloB.spawner_id, { what: "A's agent taken over by B" }),
+      waitForEvent(ts, onB.task_id, (e) => e.event === 'spawner.lost', { what: 'B lost' }),
+    ]);
+    unsubscribe();
+    expect(outcome).toMatchObject({ event: 'launch.assigned', agent_id: onA.root_agent_id, spawner_id: helloB.spawner_id });
+    await b.next('launch');
+    expect(registry.agent(onB.root_agent_id)!.spawner_id).toBe(helloB.spawner_id);
+    expect(durableEvents(ts, onB.task_id).filter((e) => e.event === 'spawner.lost')).toEqual([]);
+    const view = (await ts.api('GET', '/spawners')).body.spawners as Array<{ spawner_id: string; connected: boolean; agents: unknown[] }>;
+    expect(view.find((v) => v.spawner_id === helloB.spawner_id)).toMatchObject({ connected: true, agents: [expect.anything(), expect.anything()] });
   });
 });
