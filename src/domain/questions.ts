@@ -54,7 +54,7 @@ export function escalate(ctx: DomainContext, by: AgentRecord, qid: string, reaso
     }
     throw new DomainError('not_holder', `question ${qid} is held by ${holder}, not you`, { qid, holder });
   }
-  if (q.status !== 'pending') throw new DomainError('stale', `question ${qid} was already ${q.status}`, { qid, status: q.status });
+  refuseSettled(q);
   const next = by.leader_id === USER ? null : by.leader_id;
   const drafts: EventDraft[] = [{ event: 'question_escalated', task_id: q.task_id, qid, by: by.agent_id, new_holder: next, reason }];
   const asker = ctx.state.agents.get(q.asker);

@@ -40,7 +40,7 @@ export class SpawnerConnections {
   add(conn: Connection): void {
     this.open.get(conn.spawnerId)?.close();
     this.open.set(conn.spawnerId, conn);
-    this.lastBeat.set(conn.spawnerId, this.clock.now());
+    this.beat(conn.spawnerId);
   }
 
   /** The stream closed; its spawner keeps its agents until it misses its beats. */
