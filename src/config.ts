@@ -38,6 +38,16 @@ const configSchema = z.object({
   progressS: seconds(15),
   sessionIdleS: seconds(30 * 60),
   tokenTtlS: seconds(30 * 24 * 3600),
+  // Limits (hostile input and overload): see docs/security.md.
+  bodyTimeoutS: seconds(30),
+  maxConnections: count(10_000),
+  maxSessionsPerAgent: count(16),
+  maxAgentsPerTask: count(1000),
+  maxPlanTasks: count(1000),
+  maxTeamsPerLeader: count(1000),
+  maxContentChars: count(200_000),
+  /** Host names accepted in `Host` (and `Origin`) when bound off loopback; empty: no check. */
+  allowedHosts: z.array(z.string()).default([]),
   skillsRoots: z.array(z.string()).default([]),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -63,7 +73,20 @@ const SOURCE_NAMES: Record<string, string> = {
   sessionIdleS: 'BEIDOU_SESSION_IDLE_S',
   tokenTtlS: 'BEIDOU_TOKEN_TTL_S',
   logLevel: 'BEIDOU_LOG_LEVEL',
+  bodyTimeoutS: 'BEIDOU_BODY_TIMEOUT_S',
+  maxConnections: 'BEIDOU_MAX_CONNECTIONS',
+  maxSessionsPerAgent: 'BEIDOU_MAX_SESSIONS_PER_AGENT',
+  maxAgentsPerTask: 'BEIDOU_MAX_AGENTS_PER_TASK',
+  maxPlanTasks: 'BEIDOU_MAX_PLAN_TASKS',
+  maxTeamsPerLeader: 'BEIDOU_MAX_TEAMS_PER_LEADER',
+  maxContentChars: 'BEIDOU_MAX_CONTENT_CHARS',
+  allowedHosts: 'BEIDOU_ALLOWED_HOSTS',
 };
+
+/** The environment variable behind a config key, for `details.setting` in refusals. */
+export function settingName(key: keyof Config): string {
+  return (SOURCE_NAMES[key] ?? key).replace(/^--\S+ \/ /, '');
+}
 
 export class ConfigError extends Error {}
 
@@ -98,6 +121,17 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     progressS: emptyToUndefined(env.BEIDOU_PROGRESS_S),
     sessionIdleS: emptyToUndefined(env.BEIDOU_SESSION_IDLE_S),
     tokenTtlS: emptyToUndefined(env.BEIDOU_TOKEN_TTL_S),
+    bodyTimeoutS: emptyToUndefined(env.BEIDOU_BODY_TIMEOUT_S),
+    maxConnections: emptyToUndefined(env.BEIDOU_MAX_CONNECTIONS),
+    maxSessionsPerAgent: emptyToUndefined(env.BEIDOU_MAX_SESSIONS_PER_AGENT),
+    maxAgentsPerTask: emptyToUndefined(env.BEIDOU_MAX_AGENTS_PER_TASK),
+    maxPlanTasks: emptyToUndefined(env.BEIDOU_MAX_PLAN_TASKS),
+    maxTeamsPerLeader: emptyToUndefined(env.BEIDOU_MAX_TEAMS_PER_LEADER),
+    maxContentChars: emptyToUndefined(env.BEIDOU_MAX_CONTENT_CHARS),
+    allowedHosts: (emptyToUndefined(env.BEIDOU_ALLOWED_HOSTS) ?? '')
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter((h) => h.length > 0),
     skillsRoots: (emptyToUndefined(env.BEIDOU_SKILLS) ?? '').split(path.delimiter).filter((s) => s.length > 0),
     logLevel: emptyToUndefined(env.BEIDOU_LOG_LEVEL),
   };
@@ -135,4 +169,6 @@ export const homePaths = (home: string) => ({
   adminToken: path.join(home, 'admin.token'),
   skills: path.join(home, 'skills'),
   workspaces: path.join(home, 'workspaces'),
+  lock: path.join(home, 'lock.db'),
+  lockPid: path.join(home, 'lock.pid'),
 });

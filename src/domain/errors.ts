@@ -48,6 +48,9 @@ export const ERROR_CODES = [
   'child_not_pending_review',
   // the server's review gate
   'review_gate_blocked',
+  // limits (docs/security.md)
+  'limit_exceeded',
+  'content_too_large',
   // standalone
   'agent_terminated',
   'invalid_input',
@@ -96,3 +99,14 @@ export function zodToInvalidInput(error: z.ZodError): DomainError {
   const field = fieldPath(issue.path) || '(input)';
   return invalidInput(field, issue.message);
 }
+
+/** Which quota a `limit_exceeded` names (`details.limit`). */
+export type LimitName = 'agents_per_task' | 'plan_tasks' | 'teams_per_leader' | 'sessions_per_agent';
+
+/** A quota refused before anything is written; `setting` is the environment variable that tunes it. */
+export const limitExceeded = (limit: LimitName, max: number, setting: string, message: string) =>
+  new DomainError('limit_exceeded', message, { limit, max, setting });
+
+/** A text one agent hands another is over `BEIDOU_MAX_CONTENT_CHARS`. */
+export const contentTooLarge = (field: string, max: number, setting: string) =>
+  new DomainError('content_too_large', `${field}: is over ${max} characters`, { field, max, setting });

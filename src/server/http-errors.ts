@@ -25,6 +25,8 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   recipient_terminated: 409,
   already_terminating: 409,
   inbox_full: 409,
+  limit_exceeded: 429,
+  content_too_large: 413,
   internal_error: 500,
 };
 
