@@ -46,6 +46,10 @@ const configSchema = z.object({
   maxPlanTasks: count(1000),
   maxTeamsPerLeader: count(1000),
   maxContentChars: count(200_000),
+  /** MCP stream resumability: how long a dropped stream's events (and its calls) wait, and the per-session bounds. */
+  resumeS: seconds(60),
+  resumeMaxEvents: count(500),
+  resumeMaxBytes: count(1024 * 1024),
   /** Host names accepted in `Host` (and `Origin`) when bound off loopback; empty: no check. */
   allowedHosts: z.array(z.string()).default([]),
   skillsRoots: z.array(z.string()).default([]),
@@ -80,6 +84,9 @@ const SOURCE_NAMES: Record<string, string> = {
   maxPlanTasks: 'BEIDOU_MAX_PLAN_TASKS',
   maxTeamsPerLeader: 'BEIDOU_MAX_TEAMS_PER_LEADER',
   maxContentChars: 'BEIDOU_MAX_CONTENT_CHARS',
+  resumeS: 'BEIDOU_RESUME_S',
+  resumeMaxEvents: 'BEIDOU_RESUME_MAX_EVENTS',
+  resumeMaxBytes: 'BEIDOU_RESUME_MAX_BYTES',
   allowedHosts: 'BEIDOU_ALLOWED_HOSTS',
 };
 
@@ -128,6 +135,9 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     maxPlanTasks: emptyToUndefined(env.BEIDOU_MAX_PLAN_TASKS),
     maxTeamsPerLeader: emptyToUndefined(env.BEIDOU_MAX_TEAMS_PER_LEADER),
     maxContentChars: emptyToUndefined(env.BEIDOU_MAX_CONTENT_CHARS),
+    resumeS: emptyToUndefined(env.BEIDOU_RESUME_S),
+    resumeMaxEvents: emptyToUndefined(env.BEIDOU_RESUME_MAX_EVENTS),
+    resumeMaxBytes: emptyToUndefined(env.BEIDOU_RESUME_MAX_BYTES),
     allowedHosts: (emptyToUndefined(env.BEIDOU_ALLOWED_HOSTS) ?? '')
       .split(',')
       .map((h) => h.trim().toLowerCase())

@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
+import { until } from './support/poll.js';
 
 describe('messaging over MCP', () => {
   let ts: TestServer;
@@ -134,8 +135,12 @@ describe('messaging over MCP', () => {
     const { a, b, bId, task } = await teamOfTwo();
     const sent = await a.call('send_message', { to: bId, content: 'logged' });
     await b.call('read_inbox');
-    const { body } = await ts.api('GET', `/tasks/${task.task_id}/events?since=0`);
     const id = sent.ok && sent.value.message_id;
+    // agent_input is recorded once the reply has been flushed, so it may follow the reply.
+    const body = await until('the agent_input on disk', async () => {
+      const { body } = await ts.api('GET', `/tasks/${task.task_id}/events?since=0`);
+      return body.events.some((e: { event: string; message_id?: string }) => e.event === 'agent_input' && e.message_id === id) ? body : undefined;
+    });
     const names = body.events.filter((e: { message_id?: string }) => e.message_id === id).map((e: { event: string }) => e.event);
     expect(names).toEqual(['send_message', 'agent_input']);
     const seqs = body.events.map((e: { seq: number }) => e.seq);

@@ -490,8 +490,10 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
   // docs/tools.md: if the call ends first (client timeout, dropped connection, server restart),
   // the question stays pending, and its answer is delivered to the asker's inbox. The dropped
   // connection sends no notifications/cancelled: the server itself must end the call, or the
-  // answer would go to a waiter nobody reads.
+  // answer would go to a waiter nobody reads. The SDK client can resume its stream, so the
+  // server waits BEIDOU_RESUME_S for it to come back first (1 s here).
   it('an ask_user whose connection drops gets its answer through the inbox', async () => {
+    await restartWith({ BEIDOU_RESUME_S: '1' });
     const { task, root, held, asking } = await rootAsking((agent) => agent.call('ask_user', { questions: [FREE] }));
     await root.close(); // aborts the HTTP request carrying the call; no cancellation is sent
     await asking;

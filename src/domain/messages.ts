@@ -20,6 +20,8 @@ export interface DeliveredMessage {
   kind: InboxMessage['kind'];
   content: string;
   ts: number;
+  /** Present (true) when an earlier delivery of this message may have reached the agent. */
+  redelivered?: true;
 }
 
 /** Who sent it, for people and models: an agent's name, or `user` / `beidou` as they are. */
@@ -28,9 +30,13 @@ export function displayName(state: RegistryState, id: string): string {
   return state.agents.get(id)?.name ?? id;
 }
 
-/** The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`. */
-export function deliveredText(state: RegistryState, message: Pick<InboxMessage, 'from' | 'content'>): string {
-  return `[from ${displayName(state, message.from)} (${message.from})] ${message.content}`;
+/**
+ * The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`, after a
+ * `[redelivered] ` prefix when an earlier delivery of it may have reached the agent.
+ */
+export function deliveredText(state: RegistryState, message: Pick<InboxMessage, 'from' | 'content' | 'redelivered'>): string {
+  const text = `[from ${displayName(state, message.from)} (${message.from})] ${message.content}`;
+  return message.redelivered ? `[redelivered] ${text}` : text;
 }
 
 export function deliveredView(state: RegistryState, message: InboxMessage): DeliveredMessage {
@@ -41,6 +47,7 @@ export function deliveredView(state: RegistryState, message: InboxMessage): Deli
     kind: message.kind,
     content: message.content,
     ts: message.ts,
+    ...(message.redelivered ? { redelivered: true as const } : {}),
   };
 }
 
@@ -117,6 +124,15 @@ export function postMessage(ctx: DomainContext, fromId: string, recipient: Agent
  */
 export function toLeaderDraft(ctx: Pick<DomainContext, 'ids'>, caller: AgentRecord, kind: 'review_report' | 'termination_request', content: string): EventDraft {
   return inboxPosted(ctx, { agent_id: caller.leader_id, task_id: caller.task_id }, caller.agent_id, kind, content);
+}
+
+/**
+ * A delivery begins: the messages go out in a reply not yet flushed. Committed (durable)
+ * before the reply; `deliveryDrafts` follows the flush. Replayed alone, it leaves them in
+ * the inbox marked `redelivered`.
+ */
+export function deliveringDraft(agent: AgentRecord, messages: readonly InboxMessage[], via: 'read_inbox' | 'hook'): EventDraft {
+  return { event: 'delivering', task_id: agent.task_id, caller_id: agent.agent_id, message_ids: messages.map((m) => m.message_id), via };
 }
 
 /** Delivering messages: one `agent_input` each, which takes it out of the inbox. */

@@ -114,6 +114,17 @@ export const EVENT_FIELDS = {
     message_id: id,
     via: z.enum(['read_inbox', 'spawner', 'hook']),
   }),
+  /**
+   * A delivery began: these messages of `caller_id`'s inbox are in a reply on its way out
+   * (`read_inbox`, a hook). `agent_input` follows once the reply is flushed; replayed
+   * without it (a crash in between), they are in the inbox again, to be delivered again
+   * marked `redelivered`.
+   */
+  delivering: z.object({
+    caller_id: id,
+    message_ids: z.array(id),
+    via: z.enum(['read_inbox', 'hook']),
+  }),
   /** Standalone: a terminate sentinel was posted to an agent's inbox. */
   'terminate.posted': z.object({
     caller_id: id,

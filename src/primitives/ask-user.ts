@@ -28,7 +28,7 @@ export const askUser = definePrimitive({
   }),
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
   allowedDuringReview: true,
-  async handler({ questions, context }, { services, caller, signal, progress }) {
+  async handler({ questions, context }, { services, caller, signal, progress, replyFlushed }) {
     const { registry, config, stopping } = services;
     const { qid, drafts } = routing.ask(services.domain, caller, questions, context ?? null);
     // The waiter is in place before anyone can see the question, so a fast answer reaches
@@ -55,6 +55,12 @@ export const askUser = definePrimitive({
         pending: true,
       });
     }
+    // The answer rides on this reply: if it never reaches the client (the stream dropped and
+    // was not resumed in time), the answer goes to the inbox as if the call had ended first.
+    void replyFlushed?.().then((flushed) => {
+      const late = flushed ? [] : routing.lateAnswer(services.domain, registry.state.questions.get(qid)!);
+      if (late.length > 0) return registry.commit(late);
+    }).catch(() => undefined);
     if (answered.status === 'declined') {
       const reason = answered.audit.at(-1)?.reason ?? '';
       throw new DomainError('user_declined', `the user declined to answer: ${reason}`, { qid, reason });

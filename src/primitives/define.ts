@@ -13,6 +13,13 @@ export interface ToolContext {
   signal: AbortSignal;
   /** Sends `notifications/progress` when the client asked for it (a no-op otherwise). */
   progress: (message: string) => Promise<void>;
+  /**
+   * Settles once this call's reply has been flushed to the client's connection (true), or
+   * can no longer be (false). `strict`: the first connection that closes early counts as
+   * false, even when the client could resume the stream later. Absent (a call made in
+   * process), the reply is delivered when the handler returns.
+   */
+  replyFlushed?: (opts?: { strict?: boolean }) => Promise<boolean>;
 }
 
 export interface ToolAnnotations {

@@ -6,8 +6,10 @@ export const readInbox = definePrimitive({
   title: 'Read your inbox',
   description: [
     'Read the messages waiting for you, oldest first. For MCP clients that are not run by a Beidou spawner',
-    '(a spawned agent gets its messages as turns automatically). Each message is delivered exactly once:',
-    'reading marks them delivered unless peek is true. wait_s (0-60) waits for the first message when the inbox is empty.',
+    '(a spawned agent gets its messages as turns automatically). Reading marks them delivered once the reply has reached',
+    'your connection (if it drops first they stay in your inbox), unless peek is true. A message seen again after a',
+    'dropped reply or a server crash keeps its message_id and carries redelivered: true.',
+    'wait_s (0-60) waits for the first message when the inbox is empty.',
   ].join(' '),
   inputSchema: z.strictObject({
     peek: z.boolean().default(false).describe('Look without marking messages delivered.'),
@@ -22,14 +24,18 @@ export const readInbox = definePrimitive({
         kind: z.string(),
         content: z.string(),
         ts: z.number(),
+        redelivered: z.literal(true).optional().describe('An earlier delivery of this message may have reached you.'),
       }),
     ),
   }),
   allowedDuringReview: true,
   annotations: { readOnlyHint: false, openWorldHint: false },
-  async handler({ peek, wait_s }, { services, caller, signal }) {
+  async handler({ peek, wait_s }, { services, caller, signal, replyFlushed }) {
     const { inboxes } = services;
     if (wait_s > 0 && inboxes.peek(caller).length === 0) await inboxes.wait(caller.agent_id, wait_s * 1000, signal);
-    return { messages: peek ? inboxes.peek(caller) : await inboxes.take(caller, 'read_inbox') };
+    if (peek) return { messages: inboxes.peek(caller) };
+    // Strict: a dropped reply frees the messages at once rather than waiting for a resume.
+    const flushed = () => (replyFlushed ? replyFlushed({ strict: true }) : Promise.resolve(true));
+    return { messages: await inboxes.deliver(caller, 'read_inbox', flushed) };
   },
 });

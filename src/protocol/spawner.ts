@@ -49,8 +49,10 @@ export interface DeliverCommand {
   from: string;
   from_name: string;
   kind: InboxKind;
-  /** The delivered text: `[from <name> (<agent_id>)] <content>`. */
+  /** The delivered text: `[from <name> (<agent_id>)] <content>`, prefixed `[redelivered] ` when `redelivered`. */
   content: string;
+  /** Present (true) when an earlier delivery of this message (a reply cut by a server crash) may have reached the agent. */
+  redelivered?: true;
 }
 
 export interface TerminateCommand {

@@ -178,6 +178,15 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (e.from !== BEIDOU) touch(agent, e.ts);
       return;
     }
+    case 'delivering': {
+      // Not activity yet (that is the agent_input): only a mark that the message may have been seen.
+      const agent = state.agents.get(e.caller_id);
+      for (const id of e.message_ids) {
+        const message = agent?.inbox.get(id);
+        if (message) message.redelivered = true;
+      }
+      return;
+    }
     case 'terminate.posted': {
       const agent = state.agents.get(e.agent_id);
       if (agent) agent.terminate_posted = true;

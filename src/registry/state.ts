@@ -43,6 +43,8 @@ export interface InboxMessage {
   kind: InboxKind;
   content: string;
   ts: number;
+  /** A delivery of it began (`delivering`) and did not end in `agent_input`: the next one is a redelivery. */
+  redelivered?: true;
 }
 
 export interface LaunchRequest {

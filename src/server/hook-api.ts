@@ -1,10 +1,11 @@
-import { Router, type Request } from 'express';
+import { Router, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { deliveredText } from '../domain/messages.js';
 import { reviewGate } from '../domain/reviews.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
 import { parseOr400 } from './http-errors.js';
+import { responseFlushed } from './reply-flush.js';
 
 /**
  * What `beidou hook` asks the server (agent tokens): whether a Claude Code tool may run,
@@ -64,20 +65,23 @@ export function hookApi(services: Services, auth: Authenticator): Router {
     res.json({ decision: 'allow' });
   });
 
-  const handOver = async (req: Request) => {
+  // The messages leave the inbox only once the JSON reply has been handed to the connection
+  // ('finish'); a connection closed first leaves them there, marked redelivered.
+  const handOver = async (req: Request, res: Response) => {
+    const flushed = responseFlushed(res);
     const agent = caller(req);
-    const messages = await inboxes.take(agent, 'hook');
+    const messages = await inboxes.deliver(agent, 'hook', () => flushed);
     const text = messages.map((m) => deliveredText(registry.state, m)).join('\n\n');
     return { messages, text };
   };
 
   api.post('/post-tool-use', async (req, res) => {
-    const { messages, text } = await handOver(req);
+    const { messages, text } = await handOver(req, res);
     res.json({ messages, context: messages.length > 0 ? `New messages in your Beidou inbox:\n\n${text}` : null });
   });
 
   api.post('/stop', async (req, res) => {
-    const { messages, text } = await handOver(req);
+    const { messages, text } = await handOver(req, res);
     if (messages.length === 0) return void res.json({ block: false });
     res.json({ block: true, messages, reason: `Messages arrived in your Beidou inbox; handle them before stopping:\n\n${text}` });
   });

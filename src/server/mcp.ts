@@ -1,8 +1,6 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { Express, Request, Response } from 'express';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
@@ -20,6 +18,8 @@ import { invokePrimitive } from '../primitives/invoke.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
+import { Connection, FlushingSSEServerTransport, requestConnection, type ReplyTracker } from './reply-flush.js';
+import { SessionEventStore } from './stream-store.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -27,12 +27,8 @@ import { toolDefinition } from './tool-listing.js';
  * session is bound to the agent whose token opened it; the same tools serve both.
  */
 
-/**
- * The HTTP request a tool call arrived on. A Streamable HTTP session outlives its requests,
- * so the SDK does not abort a handler when the connection carrying the call drops; this
- * signal does (a blocked ask_user then leaves its answer to the inbox).
- */
-const requestConnection = new AsyncLocalStorage<AbortSignal>();
+/** Suggested reconnection delay (SSE `retry`) for a client whose POST stream dropped. */
+const RESUME_RETRY_MS = 1000;
 
 interface McpSession {
   id: string;
@@ -119,7 +115,7 @@ export class McpSessions {
   }
 
   /** One SDK server per session, with the tool handlers bound to the session's agent. */
-  private newServer(agentId: string): Server {
+  private newServer(agentId: string, replies: ReplyTracker): Server {
     const server = new Server(
       { name: 'beidou', version: VERSION },
       {
@@ -141,11 +137,16 @@ export class McpSessions {
       }
       const progressToken = request.params._meta?.progressToken;
       let progress = 0;
-      const dropped = requestConnection.getStore();
+      // The HTTP request the call arrived on: a session outlives its requests, so the SDK
+      // does not abort a handler when that connection drops; `gone` does (for a resumable
+      // stream, only once its client has not come back in time).
+      const connection = requestConnection.getStore();
+      const gone = replies.gone(connection);
       const result = await invokePrimitive(primitive, request.params.arguments, {
         services,
         caller,
-        signal: dropped ? AbortSignal.any([extra.signal, dropped]) : extra.signal,
+        signal: gone ? AbortSignal.any([extra.signal, gone]) : extra.signal,
+        replyFlushed: (opts) => replies.flushed(extra.requestId, connection, opts?.strict ?? false),
         progress: async (message) => {
           if (progressToken === undefined) return;
           await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: ++progress, message } });
@@ -185,15 +186,14 @@ export class McpSessions {
         const session = this.sessions.get(sessionId);
         if (!session) return jsonRpcError(res, 404, -32001, 'Session not found; initialize a new session');
         if (session.agentId !== agentId) return forbidden(res);
-        const connection = new AbortController();
+        const connection = new Connection(res);
         session.open++;
         session.lastSeen = this.now();
         res.on('close', () => {
           session.open--;
           session.lastSeen = this.now();
-          if (!res.writableFinished) connection.abort();
         });
-        await requestConnection.run(connection.signal, () =>
+        await requestConnection.run(connection, () =>
           (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body),
         );
         return;
@@ -201,12 +201,20 @@ export class McpSessions {
       if (req.method !== 'POST' || !isInitializeRequest(req.body)) {
         return jsonRpcError(res, 400, -32000, 'Bad Request: send an initialize request first, or an Mcp-Session-Id header');
       }
-      const server = this.newServer(agentId);
+      const { config, clock } = this.services;
+      const eventStore = new SessionEventStore(
+        { maxEvents: config.resumeMaxEvents, maxBytes: config.resumeMaxBytes, maxAgeS: config.resumeS },
+        () => clock.now(),
+      );
+      const server = this.newServer(agentId, eventStore);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: this.now() }),
+        eventStore,
+        retryInterval: RESUME_RETRY_MS,
       });
       transport.onclose = () => {
+        eventStore.close();
         if (transport.sessionId) this.remove(transport.sessionId);
       };
       await server.connect(transport);
@@ -218,8 +226,8 @@ export class McpSessions {
 
     app.get('/sse', agentOnly, async (req, res) => {
       const agentId = principalAgent(req);
-      const transport = new SSEServerTransport('/messages', res);
-      const server = this.newServer(agentId);
+      const transport = new FlushingSSEServerTransport('/messages', res);
+      const server = this.newServer(agentId, transport);
       const id = transport.sessionId;
       this.add({ id, agentId, server, transport, open: 1, lastSeen: this.now() });
       transport.onclose = () => this.remove(id);
@@ -229,7 +237,7 @@ export class McpSessions {
     app.post('/messages', agentOnly, async (req, res) => {
       const id = typeof req.query.sessionId === 'string' ? req.query.sessionId : '';
       const session = this.sessions.get(id);
-      if (!session || !(session.transport instanceof SSEServerTransport)) {
+      if (!session || !(session.transport instanceof FlushingSSEServerTransport)) {
         return void res.status(404).json({ error: 'unknown_session', message: 'no SSE session with that sessionId; open GET /sse first' });
       }
       if (session.agentId !== principalAgent(req)) return forbidden(res);

@@ -19,7 +19,7 @@ export interface StartSpec {
 export interface AgentProcess {
   readonly pid: number | undefined;
   /** Writes one inbox message into the agent as its next user turn. */
-  deliver(message: { message_id: string; from: string; from_name: string; kind: string; content: string }): void;
+  deliver(message: { message_id: string; from: string; from_name: string; kind: string; content: string; redelivered?: true }): void;
   /** Asks the agent to end (closes its input); the supervisor kills it after the grace time. */
   end(): void;
   kill(): void;

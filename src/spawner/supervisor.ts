@@ -112,7 +112,14 @@ export class Supervisor {
       this.waiting.push(d);
       return;
     }
-    this.proc.deliver({ message_id: d.message_id, from: d.from, from_name: d.from_name, kind: d.kind, content: d.content });
+    this.proc.deliver({
+      message_id: d.message_id,
+      from: d.from,
+      from_name: d.from_name,
+      kind: d.kind,
+      content: d.content,
+      ...(d.redelivered ? { redelivered: true as const } : {}),
+    });
     this.delivered.add(d.message_id);
     await this.ack(d.message_id);
   }

@@ -32,6 +32,7 @@ export class Deliveries {
         from_name: displayName(state, message.from),
         kind: message.kind,
         content: deliveredText(state, message),
+        ...(message.redelivered ? { redelivered: true as const } : {}),
       });
     }
   }
