@@ -466,6 +466,55 @@ describe('inbox', () => {
   });
 });
 
+describe('delivering (a reply on its way out)', () => {
+  function withChild() {
+    const { log, state } = boot();
+    reduce(state, log.at(1_500).ev('agent_spawned', agentSpawned('ag_a')));
+    return { log, state };
+  }
+
+  it('leaves the messages in the inbox, marked redelivered, until their agent_input', () => {
+    const { log, state } = withChild();
+    apply(
+      state,
+      log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'hello', message_id: 'msg_1' }),
+      log.ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'ping', message_id: 'msg_2' }),
+      log.ev('send_message', { caller_id: USER, to: 'ag_a', content: 'later', message_id: 'msg_3' }),
+      log.at(3_000).ev('delivering', { caller_id: 'ag_a', message_ids: ['msg_1', 'msg_2'], via: 'read_inbox' }),
+    );
+    let a = agentOf(state, 'ag_a');
+    // Replayed without agent_input (a crash between the two): still there, to be delivered again, marked.
+    expect([...a.inbox.keys()]).toEqual(['msg_1', 'msg_2', 'msg_3']);
+    expect(a.inbox.get('msg_1')?.redelivered).toBe(true);
+    expect(a.inbox.get('msg_2')?.redelivered).toBe(true);
+    expect(a.inbox.get('msg_3')?.redelivered).toBeUndefined();
+    expect(a.inbox_chars).toBe(14);
+    // Not the agent's activity, and not a delivery yet.
+    expect(a).toMatchObject({ delivered_count: 0, started: false, last_activity_at: 1_500 });
+
+    apply(state, log.at(3_100).ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'hello')));
+    a = agentOf(state, 'ag_a');
+    expect([...a.inbox.keys()]).toEqual(['msg_2', 'msg_3']);
+    expect(a.delivered_count).toBe(1);
+  });
+
+  it('ignores ids no longer in the inbox and agents that do not exist', () => {
+    const { log, state } = withChild();
+    apply(
+      state,
+      log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'hello', message_id: 'msg_1' }),
+      log.ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'hello')),
+      log.ev('delivering', { caller_id: 'ag_a', message_ids: ['msg_1', 'msg_unknown'], via: 'hook' }),
+      log.ev('delivering', { caller_id: 'ag_ghost', message_ids: ['msg_1'], via: 'hook' }),
+    );
+    const a = agentOf(state, 'ag_a');
+    expect(a.inbox.size).toBe(0);
+    expect(a.inbox_chars).toBe(0);
+    expect(a.delivered_count).toBe(1);
+    expect(state.agents.has('ag_ghost')).toBe(false);
+  });
+});
+
 describe('plans', () => {
   function withPlan() {
     const { log, state } = boot();

@@ -12,13 +12,19 @@ import { isJSONRPCErrorResponse, isJSONRPCResultResponse, type JSONRPCMessage, t
  * before its record redelivers, marked (docs/architecture.md, delivery guarantees).
  */
 
-/** Settles true when the response has been written in full, false when it closes first. */
+/**
+ * Settles true when the response has been written in full to its socket, false when the
+ * connection closes first. Node also emits `finish` when the socket is destroyed with the
+ * last write still queued (a client gone while the reply waits on a full socket buffer), so
+ * a `finish` on a destroyed socket counts as closed first. Call it when the request starts.
+ */
 export function responseFlushed(res: ServerResponse): Promise<boolean> {
+  const socket = res.socket;
   if (res.writableFinished) return Promise.resolve(true);
-  if (res.destroyed || res.socket?.destroyed) return Promise.resolve(false);
+  if (res.destroyed || !socket || socket.destroyed) return Promise.resolve(false);
   return new Promise((resolve) => {
-    res.once('finish', () => resolve(true));
-    res.once('close', () => resolve(res.writableFinished));
+    res.once('finish', () => resolve(!socket.destroyed));
+    res.once('close', () => resolve(false));
   });
 }
 
