@@ -11,7 +11,8 @@ import {
   isInitializeRequest,
   type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
-import { DomainError } from '../domain/errors.js';
+import { settingName } from '../config.js';
+import { DomainError, limitExceeded } from '../domain/errors.js';
 import { deliveredText } from '../domain/messages.js';
 import type { StoredEvent } from '../events/catalogue.js';
 import type { InboxMessage } from '../registry/state.js';
@@ -20,6 +21,7 @@ import { invokePrimitive } from '../primitives/invoke.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
+import { thenBody } from './body.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -175,7 +177,8 @@ export class McpSessions {
 
   /** Routes for /mcp, /sse and /messages (auth has already run and set req.principal). */
   mount(app: Express, auth: Authenticator): void {
-    const agentOnly = auth.require('agent');
+    // The token first, the body after: a request without a valid token costs no body read.
+    const agentOnly = thenBody(auth.require('agent'));
 
     const streamable = async (req: Request, res: Response) => {
       const agentId = principalAgent(req);
@@ -188,6 +191,7 @@ export class McpSessions {
         const connection = new AbortController();
         session.open++;
         session.lastSeen = this.now();
+        this.touch(session);
         res.on('close', () => {
           session.open--;
           session.lastSeen = this.now();
@@ -201,16 +205,22 @@ export class McpSessions {
       if (req.method !== 'POST' || !isInitializeRequest(req.body)) {
         return jsonRpcError(res, 400, -32000, 'Bad Request: send an initialize request first, or an Mcp-Session-Id header');
       }
-      const server = this.newServer(agentId);
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: this.now() }),
-      });
-      transport.onclose = () => {
-        if (transport.sessionId) this.remove(transport.sessionId);
-      };
-      await server.connect(transport);
-      await transport.handleRequest(req, res, req.body);
+      const release = this.reserveSession(agentId, res);
+      if (!release) return;
+      try {
+        const server = this.newServer(agentId);
+        const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+          sessionIdGenerator: () => randomUUID(),
+          onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: this.now() }),
+        });
+        transport.onclose = () => {
+          if (transport.sessionId) this.remove(transport.sessionId);
+        };
+        await server.connect(transport);
+        await transport.handleRequest(req, res, req.body);
+      } finally {
+        release();
+      }
     };
     app.post('/mcp', agentOnly, streamable);
     app.get('/mcp', agentOnly, streamable);
@@ -218,10 +228,13 @@ export class McpSessions {
 
     app.get('/sse', agentOnly, async (req, res) => {
       const agentId = principalAgent(req);
+      const release = this.reserveSession(agentId, res);
+      if (!release) return;
       const transport = new SSEServerTransport('/messages', res);
       const server = this.newServer(agentId);
       const id = transport.sessionId;
       this.add({ id, agentId, server, transport, open: 1, lastSeen: this.now() });
+      release();
       transport.onclose = () => this.remove(id);
       res.on('close', () => this.remove(id));
       await server.connect(transport);
@@ -235,6 +248,55 @@ export class McpSessions {
       if (session.agentId !== principalAgent(req)) return forbidden(res);
       await session.transport.handlePostMessage(req, res, req.body);
     });
+  }
+
+  // ---- The cap on open sessions per agent (BEIDOU_MAX_SESSIONS_PER_AGENT) ----------------
+  // Every wake-up goes to each of an agent's sessions, so one token must not open thousands.
+  // Each agent's set is kept in least-recently-used order (touch moves a session to the end).
+
+  /** Initializations under way, not yet in `byAgent`: counted so concurrent ones cannot overshoot. */
+  private readonly initializing = new Map<string, number>();
+
+  private touch(session: McpSession): void {
+    const set = this.byAgent.get(session.agentId);
+    if (!set) return;
+    set.delete(session);
+    set.add(session);
+  }
+
+  /**
+   * Room for one more session of `agentId`: at the cap, the least recently used session
+   * with nothing open is closed; if every one has a stream or request open, the new one is
+   * refused with 429 `limit_exceeded` (then null). Otherwise a release for the reservation.
+   */
+  private reserveSession(agentId: string, res: Response): (() => void) | null {
+    const max = this.services.config.maxSessionsPerAgent;
+    const set = this.byAgent.get(agentId);
+    const pending = this.initializing.get(agentId) ?? 0;
+    if ((set?.size ?? 0) + pending >= max) {
+      const idle = [...(set ?? [])].find((s) => s.open === 0);
+      if (!idle) {
+        const err = limitExceeded(
+          'sessions_per_agent',
+          max,
+          settingName('maxSessionsPerAgent'),
+          `agent ${agentId} already has ${max} MCP sessions, each with a stream or request open; close one (DELETE /mcp) first`,
+        );
+        res.status(429).json({ error: err.code, message: err.message, details: err.details });
+        return null;
+      }
+      this.remove(idle.id);
+      void idle.server.close().catch(() => undefined);
+    }
+    this.initializing.set(agentId, pending + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const n = (this.initializing.get(agentId) ?? 1) - 1;
+      if (n > 0) this.initializing.set(agentId, n);
+      else this.initializing.delete(agentId);
+    };
   }
 
   private trackPost(res: Response): void {
