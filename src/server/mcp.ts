@@ -11,8 +11,7 @@ import {
   isInitializeRequest,
   type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
-import { settingName } from '../config.js';
-import { DomainError, limitExceeded } from '../domain/errors.js';
+import { DomainError } from '../domain/errors.js';
 import { deliveredText } from '../domain/messages.js';
 import type { StoredEvent } from '../events/catalogue.js';
 import type { InboxMessage } from '../registry/state.js';
@@ -22,6 +21,7 @@ import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
 import { thenBody } from './body.js';
+import { SessionCap } from './session-cap.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -56,6 +56,7 @@ export class McpSessions {
   private sweeper: NodeJS.Timeout | null = null;
   /** Computed once: every session lists the same tools. */
   private readonly toolList;
+  private readonly cap: SessionCap;
 
   constructor(
     private readonly services: Services,
@@ -63,6 +64,7 @@ export class McpSessions {
   ) {
     this.byName = new Map(catalogue.map((p) => [p.name, p]));
     this.toolList = catalogue.map(toolDefinition);
+    this.cap = new SessionCap(services.config.maxSessionsPerAgent);
   }
 
   /** Durable observer: a terminated agent's sessions end with it (its token no longer opens new ones). */
@@ -250,12 +252,8 @@ export class McpSessions {
     });
   }
 
-  // ---- The cap on open sessions per agent (BEIDOU_MAX_SESSIONS_PER_AGENT) ----------------
-  // Every wake-up goes to each of an agent's sessions, so one token must not open thousands.
-  // Each agent's set is kept in least-recently-used order (touch moves a session to the end).
-
-  /** Initializations under way, not yet in `byAgent`: counted so concurrent ones cannot overshoot. */
-  private readonly initializing = new Map<string, number>();
+  // ---- The per-agent session cap (session-cap.ts) ----------------------------------------
+  // Each agent's set is kept in least-recently-used order: touch moves a session to the end.
 
   private touch(session: McpSession): void {
     const set = this.byAgent.get(session.agentId);
@@ -264,39 +262,15 @@ export class McpSessions {
     set.add(session);
   }
 
-  /**
-   * Room for one more session of `agentId`: at the cap, the least recently used session
-   * with nothing open is closed; if every one has a stream or request open, the new one is
-   * refused with 429 `limit_exceeded` (then null). Otherwise a release for the reservation.
-   */
+  /** A reservation for a new session of `agentId` (its release), or null once refused with 429. */
   private reserveSession(agentId: string, res: Response): (() => void) | null {
-    const max = this.services.config.maxSessionsPerAgent;
-    const set = this.byAgent.get(agentId);
-    const pending = this.initializing.get(agentId) ?? 0;
-    if ((set?.size ?? 0) + pending >= max) {
-      const idle = [...(set ?? [])].find((s) => s.open === 0);
-      if (!idle) {
-        const err = limitExceeded(
-          'sessions_per_agent',
-          max,
-          settingName('maxSessionsPerAgent'),
-          `agent ${agentId} already has ${max} MCP sessions, each with a stream or request open; close one (DELETE /mcp) first`,
-        );
-        res.status(429).json({ error: err.code, message: err.message, details: err.details });
-        return null;
-      }
+    const reserved = this.cap.reserve(agentId, [...(this.byAgent.get(agentId) ?? [])], (idle) => {
       this.remove(idle.id);
       void idle.server.close().catch(() => undefined);
-    }
-    this.initializing.set(agentId, pending + 1);
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      const n = (this.initializing.get(agentId) ?? 1) - 1;
-      if (n > 0) this.initializing.set(agentId, n);
-      else this.initializing.delete(agentId);
-    };
+    });
+    if (typeof reserved === 'function') return reserved;
+    res.status(429).json({ error: reserved.code, message: reserved.message, details: reserved.details });
+    return null;
   }
 
   private trackPost(res: Response): void {
