@@ -11,6 +11,7 @@ import { USER } from '../registry/state.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
+import { thenBody } from './body.js';
 import { ApiError, parseOr400 } from './http-errors.js';
 import { agentView, questionView, taskDetail, taskSummary } from './views.js';
 
@@ -46,7 +47,8 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     res.json({ ok: true, version: VERSION });
   });
 
-  const admin = auth.require('admin');
+  // The token first, the body after: a request without a valid token costs no body read.
+  const admin = thenBody(auth.require('admin'));
 
   api.post('/tasks', admin, async (req, res) => {
     const body = parseOr400(createTaskBody, req.body);
@@ -105,9 +107,8 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
 
   api.get('/tasks/:id/events/stream', admin, async (req, res) => {
     const task = taskOr404(param(req, 'id'));
-    const { since: sinceQuery } = parseOr400(eventsQuery, req.query);
-    const lastEventId = Number.parseInt(req.header('last-event-id') ?? '', 10);
-    let cursor = Number.isFinite(lastEventId) && lastEventId >= 0 ? lastEventId : sinceQuery;
+    const { since } = parseOr400(eventsQuery, req.query);
+    let cursor = resumeCursor(req.header('last-event-id'), since, registry.log.durableSeq(task.task_id));
     const session = await createSession(req, res, { keepAlive: 15_000, trustClientEventId: false });
     const send = (e: StoredEvent) => {
       if (e.seq <= cursor) return;
@@ -193,6 +194,23 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   });
 
   return api;
+}
+
+/**
+ * Where a stream resumes: after `Last-Event-ID` when sent (a whole non-negative number, as
+ * this stream's ids are), else after `?since=`. An id beyond the task's last durable event
+ * was never sent by this server: 400, rather than a stream that waits for it in silence.
+ */
+function resumeCursor(lastEventId: string | undefined, since: number, head: number): number {
+  if (lastEventId !== undefined && !/^\d{1,15}$/.test(lastEventId.trim())) {
+    throw new ApiError(400, 'invalid_input', 'Last-Event-ID: must be a whole non-negative number (the seq of the last event received)', { field: 'Last-Event-ID' });
+  }
+  const cursor = lastEventId !== undefined ? Number(lastEventId.trim()) : since;
+  if (cursor > head) {
+    const field = lastEventId !== undefined ? 'Last-Event-ID' : 'since';
+    throw new ApiError(400, 'invalid_input', `${field}: ${cursor} is beyond the last event of this task (seq ${head})`, { field, head });
+  }
+  return cursor;
 }
 
 function param(req: Request, name: string): string {

@@ -87,5 +87,8 @@ export class Authenticator {
 export function refuse(res: Response, code: AuthRefusalCode, message: string): void {
   // RFC 6750: a request without credentials gets no error attribute.
   const challenge = code === 'missing_token' ? 'Bearer realm="beidou"' : `Bearer realm="beidou", error="invalid_token", error_description="${code}"`;
-  res.status(401).set('WWW-Authenticate', challenge).json({ error: code, message });
+  // Refused before its body is read: end the connection, whatever the client still claims to send.
+  res.status(401).set({ 'WWW-Authenticate': challenge, Connection: 'close' });
+  res.once('finish', () => res.req.socket.destroy());
+  res.json({ error: code, message });
 }

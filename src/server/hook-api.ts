@@ -4,6 +4,7 @@ import { deliveredText } from '../domain/messages.js';
 import { reviewGate } from '../domain/reviews.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
+import { jsonBody } from './body.js';
 import { parseOr400 } from './http-errors.js';
 import { responseFlushed } from './reply-flush.js';
 
@@ -27,7 +28,7 @@ const preToolBody = z.object({ tool_name: z.string().min(1), tool_input: z.unkno
 export function hookApi(services: Services, auth: Authenticator): Router {
   const { registry, inboxes } = services;
   const api = Router();
-  api.use(auth.require('agent'));
+  api.use(auth.require('agent'), jsonBody); // the token first, the body after
 
   const caller = (req: Request) => {
     const p = req.principal;

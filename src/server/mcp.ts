@@ -18,7 +18,9 @@ import { invokePrimitive } from '../primitives/invoke.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
+import { thenBody } from './body.js';
 import { Connection, FlushingSSEServerTransport, requestConnection, type ReplyTracker } from './reply-flush.js';
+import { SessionCap } from './session-cap.js';
 import { SessionEventStore } from './stream-store.js';
 import { toolDefinition } from './tool-listing.js';
 
@@ -50,6 +52,7 @@ export class McpSessions {
   private sweeper: NodeJS.Timeout | null = null;
   /** Computed once: every session lists the same tools. */
   private readonly toolList;
+  private readonly cap: SessionCap;
 
   constructor(
     private readonly services: Services,
@@ -57,6 +60,7 @@ export class McpSessions {
   ) {
     this.byName = new Map(catalogue.map((p) => [p.name, p]));
     this.toolList = catalogue.map(toolDefinition);
+    this.cap = new SessionCap(services.config.maxSessionsPerAgent);
   }
 
   /** Durable observer: a terminated agent's sessions end with it (its token no longer opens new ones). */
@@ -176,7 +180,8 @@ export class McpSessions {
 
   /** Routes for /mcp, /sse and /messages (auth has already run and set req.principal). */
   mount(app: Express, auth: Authenticator): void {
-    const agentOnly = auth.require('agent');
+    // The token first, the body after: a request without a valid token costs no body read.
+    const agentOnly = thenBody(auth.require('agent'));
 
     const streamable = async (req: Request, res: Response) => {
       const agentId = principalAgent(req);
@@ -189,6 +194,7 @@ export class McpSessions {
         const connection = new Connection(res);
         session.open++;
         session.lastSeen = this.now();
+        this.touch(session);
         res.on('close', () => {
           session.open--;
           session.lastSeen = this.now();
@@ -201,24 +207,30 @@ export class McpSessions {
       if (req.method !== 'POST' || !isInitializeRequest(req.body)) {
         return jsonRpcError(res, 400, -32000, 'Bad Request: send an initialize request first, or an Mcp-Session-Id header');
       }
-      const { config, clock } = this.services;
-      const eventStore = new SessionEventStore(
-        { maxEvents: config.resumeMaxEvents, maxBytes: config.resumeMaxBytes, maxAgeS: config.resumeS },
-        () => clock.now(),
-      );
-      const server = this.newServer(agentId, eventStore);
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: this.now() }),
-        eventStore,
-        retryInterval: RESUME_RETRY_MS,
-      });
-      transport.onclose = () => {
-        eventStore.close();
-        if (transport.sessionId) this.remove(transport.sessionId);
-      };
-      await server.connect(transport);
-      await transport.handleRequest(req, res, req.body);
+      const release = this.reserveSession(agentId, res);
+      if (!release) return;
+      try {
+        const { config, clock } = this.services;
+        const eventStore = new SessionEventStore(
+          { maxEvents: config.resumeMaxEvents, maxBytes: config.resumeMaxBytes, maxAgeS: config.resumeS },
+          () => clock.now(),
+        );
+        const server = this.newServer(agentId, eventStore);
+        const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+          sessionIdGenerator: () => randomUUID(),
+          onsessioninitialized: (id) => this.add({ id, agentId, server, transport, open: 0, lastSeen: this.now() }),
+          eventStore,
+          retryInterval: RESUME_RETRY_MS,
+        });
+        transport.onclose = () => {
+          eventStore.close();
+          if (transport.sessionId) this.remove(transport.sessionId);
+        };
+        await server.connect(transport);
+        await transport.handleRequest(req, res, req.body);
+      } finally {
+        release();
+      }
     };
     app.post('/mcp', agentOnly, streamable);
     app.get('/mcp', agentOnly, streamable);
@@ -226,10 +238,13 @@ export class McpSessions {
 
     app.get('/sse', agentOnly, async (req, res) => {
       const agentId = principalAgent(req);
+      const release = this.reserveSession(agentId, res);
+      if (!release) return;
       const transport = new FlushingSSEServerTransport('/messages', res);
       const server = this.newServer(agentId, transport);
       const id = transport.sessionId;
       this.add({ id, agentId, server, transport, open: 1, lastSeen: this.now() });
+      release();
       transport.onclose = () => this.remove(id);
       res.on('close', () => this.remove(id));
       await server.connect(transport);
@@ -243,6 +258,27 @@ export class McpSessions {
       if (session.agentId !== principalAgent(req)) return forbidden(res);
       await session.transport.handlePostMessage(req, res, req.body);
     });
+  }
+
+  // ---- The per-agent session cap (session-cap.ts) ----------------------------------------
+  // Each agent's set is kept in least-recently-used order: touch moves a session to the end.
+
+  private touch(session: McpSession): void {
+    const set = this.byAgent.get(session.agentId);
+    if (!set) return;
+    set.delete(session);
+    set.add(session);
+  }
+
+  /** A reservation for a new session of `agentId` (its release), or null once refused with 429. */
+  private reserveSession(agentId: string, res: Response): (() => void) | null {
+    const reserved = this.cap.reserve(agentId, [...(this.byAgent.get(agentId) ?? [])], (idle) => {
+      this.remove(idle.id);
+      void idle.server.close().catch(() => undefined);
+    });
+    if (typeof reserved === 'function') return reserved;
+    res.status(429).json({ error: reserved.code, message: reserved.message, details: reserved.details });
+    return null;
   }
 
   private trackPost(res: Response): void {

@@ -1,4 +1,3 @@
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { homePaths, prepareHome, type Config } from '../config.js';
@@ -23,6 +22,7 @@ import { createLogger, type Logger } from '../util/logger.js';
 import { PACKAGE_ROOT } from '../util/version.js';
 import { buildApp } from './app.js';
 import { Authenticator } from './auth.js';
+import { createHttpServer } from './http-limits.js';
 import { McpSessions } from './mcp.js';
 
 export interface StartOptions {
@@ -128,11 +128,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   inboxes.onArrival((agentId, message) => mcp.notifyArrival(agentId, message));
 
   const app = buildApp(services, auth, mcp, stopping.signal);
-  const httpServer = http.createServer(app);
-  // Long-blocking tool calls (ask_user) must not be cut by Node's default timeouts.
-  httpServer.requestTimeout = 0;
-  httpServer.headersTimeout = 60_000;
-  httpServer.keepAliveTimeout = 65_000;
+  const httpServer = createHttpServer(app, config, logger, clock);
 
   try {
     await new Promise<void>((resolve, reject) => {

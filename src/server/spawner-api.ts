@@ -6,6 +6,7 @@ import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../events/catalog
 import { ackBody, eventsBody, INSTANCE_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
+import { jsonBody } from './body.js';
 import { ApiError, fromDomainError, parseOr400 } from './http-errors.js';
 
 /**
@@ -17,7 +18,7 @@ import { ApiError, fromDomainError, parseOr400 } from './http-errors.js';
 export function spawnerApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
   const { spawners, registry } = services;
   const api = Router();
-  api.use(auth.require('spawner'));
+  api.use(auth.require('spawner'), jsonBody); // the token first, the body after
 
   // One spawner token may serve several spawner processes (machines): each names its own
   // instance, and the pair is the spawner's identity.
