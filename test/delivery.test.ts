@@ -149,11 +149,10 @@ describe('a reply that never reaches its client', () => {
     const task = await createTask(ts);
     const ids = await fill(async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id);
 
-    // The client goes as soon as its request is out: the hook's reply waits on the record
-    // of the delivery (an fsync), so it finds the connection closed.
     const headers = { authorization: `Bearer ${task.token}`, 'content-type': 'application/json' };
-    rawRequest(ts.url, 'POST', '/api/hook/post-tool-use', { authorization: headers.authorization }).destroy();
+    const socket = rawRequest(ts.url, 'POST', '/api/hook/post-tool-use', headers, '{}');
     await waitUntil(ts, task.task_id, handedOver(ids), { what: 'the hook to take the messages' });
+    socket.destroy();
 
     const inbox = () => ts!.server.services.inboxes.peek(ts!.server.services.registry.agent(task.root_agent_id)!);
     await until('the messages free again', () => (inbox().length === COUNT ? true : undefined));

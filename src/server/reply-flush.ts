@@ -14,16 +14,17 @@ import { isJSONRPCErrorResponse, isJSONRPCResultResponse, type JSONRPCMessage, t
 
 /**
  * Settles true when the response has been written in full to its socket, false when the
- * connection closes first. Node also emits `finish` when the socket is destroyed with the
- * last write still queued (a client gone while the reply waits on a full socket buffer), so
- * a `finish` on a destroyed socket counts as closed first. Call it when the request starts.
+ * connection closes first. Node also emits `finish` when the socket failed or was destroyed
+ * with the last write still queued (a client gone while the reply waits on a full socket
+ * buffer: EPIPE), so a `finish` on such a socket counts as closed first. Call it when the
+ * request starts.
  */
 export function responseFlushed(res: ServerResponse): Promise<boolean> {
   const socket = res.socket;
   if (res.writableFinished) return Promise.resolve(true);
   if (res.destroyed || !socket || socket.destroyed) return Promise.resolve(false);
   return new Promise((resolve) => {
-    res.once('finish', () => resolve(!socket.destroyed));
+    res.once('finish', () => resolve(!socket.destroyed && !socket.errored));
     res.once('close', () => resolve(false));
   });
 }
