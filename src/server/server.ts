@@ -216,10 +216,9 @@ function logReplay(logger: Logger, report: ReplayReport): void {
   for (const cut of report.cut) {
     const { incomplete } = cut;
     if (incomplete) {
-      const seqs = incomplete.lastSeq >= incomplete.firstSeq ? `seqs ${incomplete.firstSeq}-${incomplete.lastSeq}` : `seq ${incomplete.firstSeq}`;
       logger.warn(
         { file: cut.file, first_seq: incomplete.firstSeq, last_seq: incomplete.lastSeq, of: incomplete.of },
-        `${cut.file}: dropped an incomplete commit (${seqs} of a commit of ${incomplete.of} lines, cut short before its end; never acknowledged)`,
+        `${cut.file}: dropped an incomplete commit (seqs ${incomplete.firstSeq}-${incomplete.lastSeq} of a commit of ${incomplete.of} lines, cut short before its end; never acknowledged)`,
       );
     } else {
       logger.warn({ file: cut.file }, `${cut.file}: cut a torn last line (a write cut short; never acknowledged)`);
