@@ -5,6 +5,7 @@ import { cascadeOrder, depthOfTeamLedBy } from '../registry/queries.js';
 import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { assertAgentsPerTask, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
 import { assemblePrompt, firstMessage } from './prompt.js';
 
 /**
@@ -212,6 +213,9 @@ export function createTeam(
 ): { teamId: string; members: Array<{ agent_id: string; role: string }>; drafts: EventDraft[] } {
   const depth = depthOfTeamLedBy(ctx.state, caller);
   assertDepthAllowed(ctx, depth, 'do the work yourself or hand it back to your leader');
+  assertPlanTasks(ctx, 'roles', input.roles.length);
+  assertTeamsPerLeader(ctx, caller);
+  assertAgentsPerTask(ctx, caller.task_id, input.roles.length);
   const loaded = input.roles.map((role, i) => skills.require(role.skill, `roles[${i}].skill`));
   if (input.roles.length > 1 && !input.consensus) {
     const first = input.roles[0]!;

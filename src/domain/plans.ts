@@ -7,6 +7,7 @@ import type { AgentRecord, PlanRecord, RegistryState } from '../registry/state.j
 import { agentDrafts, assertDepthAllowed, teamDrafts, type SkillSource } from './agents.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { assertAgentsPerTask, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
 
 /**
  * Plans: `declare_plan`, `remove_plan` and `spawn_agent` as decisions. The event log holds
@@ -38,6 +39,7 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
       plan_id: caller.active_plan_id,
     });
   }
+  assertPlanTasks(ctx, 'tasks', specs.length);
   const problem = validatePlanGraph(specs);
   if (problem) throw planGraphError(problem);
   for (const [i, t] of specs.entries()) {
@@ -124,6 +126,8 @@ export function spawnForPlanTask(
 ): { agentId: string; teamId: string; teamCreated: boolean; plan: PlanRecord; drafts: EventDraft[] } {
   const { plan, planTask } = spawnablePlanTask(ctx, caller, planTaskId);
   const { existing, depth } = spawnTeam(ctx, caller);
+  if (!existing) assertTeamsPerLeader(ctx, caller);
+  assertAgentsPerTask(ctx, caller.task_id, 1);
   const skill = skills.require(planTask.skill, null, `the skill "${planTask.skill}" of "${planTaskId}" could not be loaded`);
   const drafts: EventDraft[] = [];
   const team = existing ?? { team_id: ctx.ids.next('tm'), name: `team-${caller.name}` };

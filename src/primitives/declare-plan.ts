@@ -3,15 +3,16 @@ import * as plans from '../domain/plans.js';
 import type { PlanTaskSpec } from '../registry/plan-graph.js';
 import { writeFileAtomic } from '../util/durable-file.js';
 import { definePrimitive } from './define.js';
+import { nameField } from './fields.js';
 
 const taskSpecSchema = z.strictObject({
-  id: z.string().min(1, 'must not be empty').describe('Your id for this task, unique in the plan; used by spawn_agent and depends_on.'),
-  role: z.string().min(1, 'must not be empty').describe('Display name of the agent that will run it.'),
+  id: nameField().describe('Your id for this task, unique in the plan; used by spawn_agent and depends_on.'),
+  role: nameField().describe('Display name of the agent that will run it.'),
   skill: z.string().min(1, 'must name a skill').describe('Skill name, e.g. "worker".'),
   task: z.string().min(1, 'must not be empty').describe('The first message the agent receives; self-contained.'),
   description: z.string().default('').describe('Substituted into {role_description}.'),
   model: z.string().min(1).optional().describe('Model override.'),
-  depends_on: z.array(z.string()).default([]).describe('Ids of tasks in this plan that must be done first.'),
+  depends_on: z.array(nameField()).default([]).describe('Ids of tasks in this plan that must be done first.'),
 });
 
 const planTaskView = z.object({
@@ -29,7 +30,7 @@ export const declarePlan = definePrimitive({
     'Declare the DAG of tasks you will spawn agents for. Pure data: validates, persists and computes readiness; it creates no team and no agent.',
     'Then call spawn_agent for each ready task. One active plan per agent: call remove_plan first to replan.',
     'Errors (nothing is written on error): empty_plan, duplicate_task_id, self_dep, unknown_dep, cycle_detected (details.chain names the cycle),',
-    'unknown_skill, plan_already_declared.',
+    'unknown_skill, plan_already_declared, limit_exceeded (details.limit plan_tasks: more tasks than BEIDOU_MAX_PLAN_TASKS).',
   ].join(' '),
   inputSchema: z.strictObject({
     tasks: z.array(taskSpecSchema).describe('One entry per node of the DAG.'),

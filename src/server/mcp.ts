@@ -6,7 +6,6 @@ import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
-  CallToolRequestSchema,
   ListToolsRequestSchema,
   isInitializeRequest,
   type CallToolResult,
@@ -20,6 +19,7 @@ import { invokePrimitive } from '../primitives/invoke.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
+import { onToolCall } from './tool-call.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -129,7 +129,7 @@ export class McpSessions {
       },
     );
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
-    server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+    onToolCall(server, async (request, extra): Promise<CallToolResult> => {
       const { services } = this;
       const primitive = this.byName.get(request.params.name);
       const caller = services.registry.agent(agentId);
