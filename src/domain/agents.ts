@@ -216,7 +216,13 @@ export function createTeam(
   assertPlanTasks(ctx, 'roles', input.roles.length);
   assertTeamsPerLeader(ctx, caller);
   assertAgentsPerTask(ctx, caller.task_id, input.roles.length);
-  const loaded = input.roles.map((role, i) => skills.require(role.skill, `roles[${i}].skill`));
+  // Each distinct skill is loaded once: a load reads and parses its SKILL.md.
+  const bySkill = new Map<string, SkillSpec>();
+  const loaded = input.roles.map((role, i) => {
+    let skill = bySkill.get(role.skill);
+    if (!skill) bySkill.set(role.skill, (skill = skills.require(role.skill, `roles[${i}].skill`)));
+    return skill;
+  });
   if (input.roles.length > 1 && !input.consensus) {
     const first = input.roles[0]!;
     if (input.roles.every((r) => r.skill === first.skill && r.description === first.description)) {

@@ -20,6 +20,12 @@ function planPath(home: string, taskId: string, planId: string): string {
   return path.join(homePaths(home).plans, taskId, `${planId}.json`);
 }
 
+/** The plan file: readable JSON with one task per line (indenting every dependency would double its size). */
+function planFileText(head: Record<string, string>, specs: readonly PlanTaskSpec[]): string {
+  const fields = Object.entries(head).map(([k, v]) => `  ${JSON.stringify(k)}: ${JSON.stringify(v)},`);
+  return ['{', ...fields, '  "tasks": [', specs.map((t) => `    ${JSON.stringify(t)}`).join(',\n'), '  ]', '}', ''].join('\n');
+}
+
 export function removedPlanPath(file: string): string {
   return file.replace(/\.json$/, '.removed.json');
 }
@@ -42,7 +48,10 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
   assertPlanTasks(ctx, 'tasks', specs.length);
   const problem = validatePlanGraph(specs);
   if (problem) throw planGraphError(problem);
+  // Each distinct skill is looked up once: a lookup scans the skills folders.
+  const known = new Set<string>();
   for (const [i, t] of specs.entries()) {
+    if (known.has(t.skill)) continue;
     if (!skills.has(t.skill)) {
       throw new DomainError('unknown_skill', `tasks[${i}].skill "${t.skill}" does not resolve to a SKILL.md`, {
         field: `tasks[${i}].skill`,
@@ -50,11 +59,12 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
         available: skills.names(),
       });
     }
+    known.add(t.skill);
   }
   const planId = ctx.ids.next('pl');
   const file = planPath(ctx.config.home, caller.task_id, planId);
   const tasks = specs.map((t) => ({ ...t, status: initialStatus(t) as 'ready' | 'blocked' }));
-  const text = JSON.stringify({ plan_id: planId, task_id: caller.task_id, owner_agent_id: caller.agent_id, tasks: specs }, null, 2) + '\n';
+  const text = planFileText({ plan_id: planId, task_id: caller.task_id, owner_agent_id: caller.agent_id }, specs);
   const drafts: EventDraft[] = [
     { event: 'plan_declared', task_id: caller.task_id, plan_id: planId, owner_agent_id: caller.agent_id, team_id: null, plan_path: file, tasks },
   ];

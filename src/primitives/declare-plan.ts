@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import * as plans from '../domain/plans.js';
 import type { PlanTaskSpec } from '../registry/plan-graph.js';
-import { writeFileAtomic } from '../util/durable-file.js';
+import { writeFileAtomicAsync } from '../util/durable-file.js';
 import { definePrimitive } from './define.js';
 import { nameField } from './fields.js';
 
@@ -12,7 +12,7 @@ const taskSpecSchema = z.strictObject({
   task: z.string().min(1, 'must not be empty').describe('The first message the agent receives; self-contained.'),
   description: z.string().default('').describe('Substituted into {role_description}.'),
   model: z.string().min(1).optional().describe('Model override.'),
-  depends_on: z.array(nameField()).default([]).describe('Ids of tasks in this plan that must be done first.'),
+  depends_on: z.array(z.string()).default([]).describe('Ids of tasks in this plan that must be done first (any other is unknown_dep).'),
 });
 
 const planTaskView = z.object({
@@ -46,8 +46,9 @@ export const declarePlan = definePrimitive({
     return locks.plan.with(caller.agent_id, async () => {
       const specs: PlanTaskSpec[] = input.tasks.map((t) => ({ ...t, model: t.model ?? null }));
       const plan = plans.declarePlan(domain, caller, specs, skills);
-      // The file first: if it cannot be written, nothing changes.
-      writeFileAtomic(plan.file, plan.text);
+      // The file first: if it cannot be written, nothing changes. (The plan lock keeps the
+      // caller's own declare_plan calls in order meanwhile.)
+      await writeFileAtomicAsync(plan.file, plan.text);
       await registry.commit(plan.drafts);
       return {
         plan_id: plan.planId,
