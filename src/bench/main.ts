@@ -146,7 +146,7 @@ async function main(): Promise<void> {
     const defaults = loadConfig({ port: '0', home: os.tmpdir() }, {});
     const fresh = <T>(fn: (server: BeidouServer) => Promise<T>) => withServer(fn, { BEIDOU_INBOX_CAP: String(defaults.inboxCap) });
     for (const b of await largestRequests(fresh, defaults.maxAgentsPerTask, defaults.maxPlanTasks)) {
-      console.log(`  ${b.name.padEnd(40)} body ${fmt(b.bodyBytes / 1024, 0).padStart(5)} KiB   call ${fmt(b.callMs, 0).padStart(5)} ms   longest block ${fmt(b.maxBlockMs, 0).padStart(4)} ms`);
+      console.log(`  ${b.name.padEnd(44)} body ${fmt(b.bodyBytes / 1024, 0).padStart(5)} KiB   call ${fmt(b.callMs, 0).padStart(5)} ms   longest block ${fmt(b.maxBlockMs, 0).padStart(4)} ms (worst ${fmt(b.worstBlockMs, 0)} ms)`);
     }
     console.log('');
   }
