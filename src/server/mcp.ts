@@ -6,7 +6,6 @@ import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
-  CallToolRequestSchema,
   ListToolsRequestSchema,
   isInitializeRequest,
   type CallToolResult,
@@ -22,6 +21,7 @@ import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
 import { thenBody } from './body.js';
 import { SessionCap } from './session-cap.js';
+import { onToolCall } from './tool-call.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -133,7 +133,7 @@ export class McpSessions {
       },
     );
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
-    server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+    onToolCall(server, async (request, extra): Promise<CallToolResult> => {
       const { services } = this;
       const primitive = this.byName.get(request.params.name);
       const caller = services.registry.agent(agentId);
