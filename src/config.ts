@@ -43,7 +43,7 @@ const configSchema = z.object({
   maxConnections: count(10_000),
   maxSessionsPerAgent: count(16),
   maxAgentsPerTask: count(1000),
-  maxPlanTasks: count(500),
+  maxPlanTasks: count(1000),
   maxTeamsPerLeader: count(100),
   maxContentChars: count(200_000),
   /** Host names accepted in `Host` (and `Origin`) when bound off loopback; empty: no check. */

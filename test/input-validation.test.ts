@@ -116,6 +116,8 @@ describe('input validation', () => {
       ['terminate_child', { agent_id: '' }, 'agent_id'],
       ['answer_question', { qid: 'q/1', answers: [{ text: 'x' }], reason: 'r' }, 'qid'],
       ['escalate_question', { qid: ' q', reason: 'r' }, 'qid'],
+      // Dependencies per plan task are bounded, so one plan stays a short request.
+      ['declare_plan', { tasks: [...Array.from({ length: 51 }, (_, i) => planTask(`d${i}`)), planTask('z', Array.from({ length: 51 }, (_, i) => `d${i}`))] }, 'tasks[51].depends_on'],
     ];
     for (const [tool, args, field] of cases) expectInvalid(await root.call(tool, args), field);
     // A dependency can only name an id of the plan, so any other is simply unknown.
@@ -123,7 +125,10 @@ describe('input validation', () => {
     expect(durableEvents(ts, task.task_id)).toEqual(before);
 
     // The longest and the most varied accepted forms.
-    const ok = await root.call('declare_plan', { tasks: [planTask('x'.repeat(64)), planTask('A.b_c-9', ['x'.repeat(64)])] });
+    const fifty = Array.from({ length: 50 }, (_, i) => `d${i}`);
+    const ok = await root.call('declare_plan', {
+      tasks: [planTask('x'.repeat(64)), planTask('A.b_c-9', ['x'.repeat(64), ...fifty.slice(1)]), ...fifty.map((id) => planTask(id))],
+    });
     expect(ok.ok).toBe(true);
   });
 

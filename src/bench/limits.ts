@@ -1,3 +1,4 @@
+import { MAX_DEPENDENCIES } from '../primitives/declare-plan.js';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -87,12 +88,10 @@ export async function largestRequests(fresh: <T>(fn: (server: BeidouServer) => P
   await once(`declare_plan, ${n} tasks, 10 deps each`, 'declare_plan', {
     tasks: Array.from({ length: n }, (_, i) => planTask(i, Array.from({ length: Math.min(i, 10) }, (_, k) => `task-${i - 1 - k}`))),
   });
-  // Dense: each task depends on the (up to) 200 tasks before it, then on every task before
-  // it (n²/2 dependencies, the densest plan there is).
-  for (const deps of [200, n]) {
-    await once(`declare_plan, ${n} tasks, ${deps === n ? 'all earlier' : deps} deps each`, 'declare_plan', {
-      tasks: Array.from({ length: n }, (_, i) => planTask(i, Array.from({ length: Math.min(i, deps) }, (_, k) => `task-${i - 1 - k}`))),
-    });
-  }
+  // The densest plan the input allows: each task depends on the (up to) MAX_DEPENDENCIES
+  // tasks before it.
+  await once(`declare_plan, ${n} tasks, ${MAX_DEPENDENCIES} deps each`, 'declare_plan', {
+    tasks: Array.from({ length: n }, (_, i) => planTask(i, Array.from({ length: Math.min(i, MAX_DEPENDENCIES) }, (_, k) => `task-${i - 1 - k}`))),
+  });
   return out;
 }

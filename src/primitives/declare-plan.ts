@@ -5,6 +5,9 @@ import { writeFileAtomicAsync } from '../util/durable-file.js';
 import { definePrimitive } from './define.js';
 import { nameField } from './fields.js';
 
+/** Dependencies one plan task may list. */
+export const MAX_DEPENDENCIES = 50;
+
 const taskSpecSchema = z.strictObject({
   id: nameField().describe('Your id for this task, unique in the plan; used by spawn_agent and depends_on.'),
   role: nameField().describe('Display name of the agent that will run it.'),
@@ -12,7 +15,12 @@ const taskSpecSchema = z.strictObject({
   task: z.string().min(1, 'must not be empty').describe('The first message the agent receives; self-contained.'),
   description: z.string().default('').describe('Substituted into {role_description}.'),
   model: z.string().min(1).optional().describe('Model override.'),
-  depends_on: z.array(z.string()).default([]).describe('Ids of tasks in this plan that must be done first (any other is unknown_dep).'),
+  // Bounded so that the largest plan the defaults allow stays a short request (docs/performance.md).
+  depends_on: z
+    .array(z.string())
+    .max(MAX_DEPENDENCIES, `must list at most ${MAX_DEPENDENCIES} tasks`)
+    .default([])
+    .describe(`Ids of tasks in this plan that must be done first (any other is unknown_dep); at most ${MAX_DEPENDENCIES}.`),
 });
 
 const planTaskView = z.object({
