@@ -44,7 +44,7 @@ const configSchema = z.object({
   maxSessionsPerAgent: count(16),
   maxAgentsPerTask: count(1000),
   maxPlanTasks: count(1000),
-  maxTeamsPerLeader: count(1000),
+  maxTeamsPerLeader: count(100),
   maxContentChars: count(200_000),
   /** MCP stream resumability: how long a dropped stream's events (and its calls) wait, and the per-session bounds. */
   resumeS: seconds(60),

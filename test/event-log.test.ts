@@ -77,12 +77,30 @@ describe('JsonlEventLog', () => {
     await second.log.close();
   });
 
-  it('refuses to start on a corrupt line in the middle or a gap in seq', async () => {
+  it('quarantines a file with a corrupt line in the middle or a gap in seq, and replays the others', async () => {
     dir = tempHome();
-    writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\nnot json\n');
-    await expect(reopen()).rejects.toThrow(/line 2 is not valid JSON/);
+    const good = await reopen();
+    await good.log.append([draft('tsk_good', 0)]).durable;
+    await good.log.close();
+    writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\nnot json\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n');
+    let opened = new JsonlEventLog(dir, clock);
+    let replayed: StoredEvent[] = [];
+    let report = await opened.open((e) => replayed.push(e));
+    expect(report.quarantined).toEqual([{ taskId: 'tsk_c', file: path.join(dir, 'tsk_c.jsonl'), line: 2, reason: 'not valid JSON' }]);
+    expect(replayed.map((e) => `${e.task_id}:${e.seq}`)).toEqual(['tsk_c:1', 'tsk_good:1']);
+    // The trusted prefix stays readable; nothing may be appended; the file is left for doctor.
+    expect(opened.read('tsk_c', 0, 10).map((e) => e.seq)).toEqual([1]);
+    expect(() => opened.append([draft('tsk_c', 1)])).toThrow(/tsk_c is quarantined/);
+    await opened.append([draft('tsk_good', 1)]).durable;
+    await opened.close();
+    expect(readFileSync(path.join(dir, 'tsk_c.jsonl'), 'utf8')).toContain('not json');
+
     writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n');
-    await expect(reopen()).rejects.toThrow(/seq 3, expected 2/);
+    opened = new JsonlEventLog(dir, clock);
+    replayed = [];
+    report = await opened.open((e) => replayed.push(e));
+    expect(report.quarantined).toMatchObject([{ taskId: 'tsk_c', line: 2, reason: 'seq 3, expected 2' }]);
+    await opened.close();
   });
 
   it.runIf(existsSync('/dev/full'))('after a failed write acknowledges nothing more: the batch and every later append are refused', async () => {

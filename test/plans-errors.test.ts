@@ -383,9 +383,9 @@ describe('plans, spawning and reviews: error codes', () => {
       expect(listed2[0]).toMatchObject({ agent_id: aId, summary: second, review_pending_ts: statuses[1]!.ts });
       expect(listed2[0].review_pending_ts).toBeGreaterThanOrEqual(listed1[0].review_pending_ts);
 
-      // Each report reached the leader's inbox as a review_report.
+      // The second report replaced the undelivered first one in the leader's inbox.
       const inbox = expectOk(await root.call('read_inbox', { peek: true })).messages as Array<{ from: string; kind: string; content: string }>;
-      expect(inbox.filter((m) => m.kind === 'review_report' && m.from === aId).map((m) => m.content)).toEqual([first, second]);
+      expect(inbox.filter((m) => m.kind === 'review_report' && m.from === aId).map((m) => m.content)).toEqual([second]);
     });
   });
 

@@ -17,7 +17,7 @@ const AUDIT_EVENTS = new Set(['review_gate.denied', 'disallowed_alias.denied', '
 /** Tools that block on valid input (for a question's answer, or a message): their success paths are tested elsewhere. */
 const BLOCKING = new Set(['ask_user', 'read_inbox']);
 const CODES = new Set<string>(ERROR_CODES);
-const RUNS = 40;
+const RUNS = 60;
 
 let ts: TestServer;
 

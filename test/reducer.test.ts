@@ -395,6 +395,49 @@ describe('inbox', () => {
     expect(agentOf(state, 'ag_a').sent_count).toBe(0);
   });
 
+  it('inbox.withdrawn takes an undelivered message out without delivering it, and its characters with it', () => {
+    const { log, state } = withChild();
+    apply(
+      state,
+      log.ev('send_message', { caller_id: 'ag_a', to: ROOT, content: 'hi', message_id: 'msg_1' }),
+      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'first report', message_id: 'msg_r1' }),
+      log.ev('inbox.withdrawn', { to: ROOT, from: 'ag_a', message_id: 'msg_r1', reason: 'replaced' }),
+      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'second', message_id: 'msg_r2' }),
+    );
+    const root = agentOf(state, ROOT);
+    expect([...root.inbox.keys()]).toEqual(['msg_1', 'msg_r2']);
+    expect(root.inbox_chars).toBe('hi'.length + 'second'.length);
+    expect(root.delivered_count).toBe(0);
+
+    // Withdrawing what is already delivered, unknown, or in no agent's inbox changes nothing.
+    apply(
+      state,
+      log.ev('agent_input', agentInput(ROOT, 'msg_1', 'ag_a', 'hi')),
+      log.ev('inbox.withdrawn', { to: ROOT, from: 'ag_a', message_id: 'msg_1', reason: 'replaced' }),
+      log.ev('inbox.withdrawn', { to: ROOT, from: 'ag_a', message_id: 'msg_r1', reason: 'replaced' }),
+      log.ev('inbox.withdrawn', { to: 'ag_ghost', from: 'ag_a', message_id: 'msg_r2', reason: 'replaced' }),
+    );
+    expect([...root.inbox.keys()]).toEqual(['msg_r2']);
+    expect(root.inbox_chars).toBe('second'.length);
+    expect(root.delivered_count).toBe(1);
+  });
+
+  it('a reused message id replaces the earlier undelivered message and its characters', () => {
+    const { log, state } = withChild();
+    apply(
+      state,
+      log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'a long first text', message_id: 'msg_1' }),
+      log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'short', message_id: 'msg_1' }),
+      log.ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'ping', message_id: 'msg_2' }),
+      log.ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'pong!', message_id: 'msg_2' }),
+    );
+    const a = agentOf(state, 'ag_a');
+    expect(a.inbox.size).toBe(2);
+    expect(a.inbox_chars).toBe('short'.length + 'pong!'.length);
+    apply(state, log.ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'short')), log.ev('agent_input', agentInput('ag_a', 'msg_2', BEIDOU, 'pong!')));
+    expect(a.inbox_chars).toBe(0);
+  });
+
   it('a message to an unknown recipient lands nowhere but still counts for the sender', () => {
     const { log, state } = withChild();
     reduce(state, log.ev('send_message', { caller_id: 'ag_a', to: 'ag_ghost', content: 'hi', message_id: 'msg_x' }));
@@ -985,6 +1028,8 @@ describe('replay', () => {
       log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'start', message_id: 'msg_1' }),
       log.ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'note', message_id: 'msg_2' }),
       log.ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'start')),
+      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'old report', message_id: 'msg_r' }),
+      log.ev('inbox.withdrawn', { to: ROOT, from: 'ag_a', message_id: 'msg_r', reason: 'replaced' }),
       log.ev('question_asked', questionAsked('q_1', 'ag_a', ROOT)),
       log.ev('question_escalated', { qid: 'q_1', by: ROOT, new_holder: null, reason: 'user knows' }),
       log.ev('question_answered', { qid: 'q_1', asker: 'ag_a', chain_len: 2, answers: [{ selected_labels: ['Yes'], selected_values: ['Yes'], text: null }], answer_text: 'Yes', by: USER, reason: null }),

@@ -11,17 +11,19 @@ import { PRIMITIVES } from '../primitives/index.js';
 import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
 import type { Figures, Job } from './clients.js';
+import { largestRequests } from './limits.js';
 
 /**
  * `npm run bench`: prints the README's performance figures. send_message over Streamable HTTP with 50
  * concurrent agents next to a no-op tool on the same stack (the floor), send→delivery
  * latency next to the floor's round trip, 1,000 connected agents, and replay of 100,000
- * events on start. Clients run in a child process. Figures, not assertions.
+ * events on start, and the event-loop block of the largest requests the limits allow.
+ * Clients run in a child process (section 5 runs one in process). Figures, not assertions.
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5').split(','));
 const AGENTS = 50;
 
 /** The floor: same input shape and the same wrapper as send_message, doing nothing. */
@@ -138,6 +140,16 @@ async function main(): Promise<void> {
     });
     console.log(`  ${f.calls} sessions opened and called list_peers in ${fmt(f.seconds, 2)} s, errors ${f.errors}; server RSS ${fmt(before / 2 ** 20, 0)} -> ${fmt(connectedAt / 2 ** 20, 0)} MiB\n`);
   });
+
+  if (ONLY.has('5')) {
+    console.log('5. the largest requests the default limits allow: longest event-loop block (bar: about 250 ms)');
+    const defaults = loadConfig({ port: '0', home: os.tmpdir() }, {});
+    const fresh = <T>(fn: (server: BeidouServer) => Promise<T>) => withServer(fn, { BEIDOU_INBOX_CAP: String(defaults.inboxCap) });
+    for (const b of await largestRequests(fresh, defaults.maxAgentsPerTask, defaults.maxPlanTasks)) {
+      console.log(`  ${b.name.padEnd(44)} body ${fmt(b.bodyBytes / 1024, 0).padStart(5)} KiB   call ${fmt(b.callMs, 0).padStart(5)} ms   longest block ${fmt(b.maxBlockMs, 0).padStart(4)} ms (worst ${fmt(b.worstBlockMs, 0)} ms)`);
+    }
+    console.log('');
+  }
 
   if (!ONLY.has('4')) return;
   console.log('4. replay of 100,000 events on start');

@@ -104,9 +104,16 @@ program
   .command('stats')
   .description('rollup maintenance')
   .command('rebuild')
-  .description('recreate stats.db from the event logs (run while the server is stopped)')
+  .description('recreate stats.db from the event logs (refused while a server holds the home)')
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
   .action(statsRebuild);
+
+program
+  .command('doctor')
+  .description('check every task log of a home; --repair backs up and cuts each damaged one back to its last whole commit')
+  .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
+  .option('--repair', 'repair what it finds (refused while a server holds the home)')
+  .action(async (opts: { home?: string; repair?: boolean }) => (await import('./doctor.js')).doctor(opts));
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   if (err instanceof CliError) {

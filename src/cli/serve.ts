@@ -1,4 +1,5 @@
 import { ConfigError, loadConfig, type ConfigFlags } from '../config.js';
+import { HomeLockedError } from '../events/home-lock.js';
 import { startServer } from '../server/server.js';
 
 /** `beidou serve`: start, print where it listens, stop cleanly on SIGINT/SIGTERM. */
@@ -15,6 +16,7 @@ export async function serve(flags: ConfigFlags): Promise<void> {
     server = await startServer(config);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
+    if (err instanceof HomeLockedError) fail(`${err.home} is in use by another beidou server (pid ${err.pid ?? 'unknown'}); one server per home`, 2);
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE') fail(`port ${config.port} on ${config.host} is already in use`, 2);
     if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND') fail(`cannot listen on host ${config.host} (${code})`, 2);

@@ -5,10 +5,11 @@ import { SqliteRollups } from '../registry/rollups.js';
 import { Registry } from '../registry/registry.js';
 import { systemClock } from '../util/clock.js';
 import { CliError } from './client.js';
+import { lockOrRefuse } from './doctor.js';
 
 /**
  * `beidou stats rebuild`: recreate stats.db from the event logs. The rollups are derived
- * data, so they can always be thrown away and rebuilt. Run it while the server is stopped.
+ * data, so they can always be thrown away and rebuilt. It refuses while a server holds the home.
  */
 export async function statsRebuild(opts: { home?: string }): Promise<void> {
   let config;
@@ -20,8 +21,17 @@ export async function statsRebuild(opts: { home?: string }): Promise<void> {
   }
   const paths = homePaths(config.home);
   if (!existsSync(paths.events)) throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
+  const lock = lockOrRefuse(config.home, paths, 'rebuilding the rollups');
+  try {
+    await rebuild(paths);
+  } finally {
+    lock.release();
+  }
+}
+
+async function rebuild(paths: ReturnType<typeof homePaths>): Promise<void> {
   const registry = new Registry(new JsonlEventLog(paths.events, systemClock));
-  await registry.open();
+  const { quarantined } = await registry.open();
   for (const suffix of ['', '-wal', '-shm']) rmSync(paths.statsDb + suffix, { force: true });
   const rollups = new SqliteRollups(paths.statsDb, registry.state);
   rollups.rebuild();
@@ -29,4 +39,5 @@ export async function statsRebuild(opts: { home?: string }): Promise<void> {
   await registry.log.close();
   const { tasks, agents, teams, questions } = registry.state;
   process.stdout.write(`rebuilt ${paths.statsDb}: ${tasks.size} tasks, ${teams.size} teams, ${agents.size} agents, ${questions.size} questions\n`);
+  for (const q of quarantined) process.stdout.write(`left out quarantined task ${q.taskId}: ${q.file}:${q.line}: ${q.reason} (see beidou doctor)\n`);
 }

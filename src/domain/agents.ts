@@ -5,6 +5,7 @@ import { cascadeOrder, depthOfTeamLedBy } from '../registry/queries.js';
 import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { assertAgentsPerTask, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
 import { assemblePrompt, firstMessage } from './prompt.js';
 
 /**
@@ -212,7 +213,16 @@ export function createTeam(
 ): { teamId: string; members: Array<{ agent_id: string; role: string }>; drafts: EventDraft[] } {
   const depth = depthOfTeamLedBy(ctx.state, caller);
   assertDepthAllowed(ctx, depth, 'do the work yourself or hand it back to your leader');
-  const loaded = input.roles.map((role, i) => skills.require(role.skill, `roles[${i}].skill`));
+  assertPlanTasks(ctx, 'roles', input.roles.length);
+  assertTeamsPerLeader(ctx, caller);
+  assertAgentsPerTask(ctx, caller.task_id, input.roles.length);
+  // Each distinct skill is loaded once: a load reads and parses its SKILL.md.
+  const bySkill = new Map<string, SkillSpec>();
+  const loaded = input.roles.map((role, i) => {
+    let skill = bySkill.get(role.skill);
+    if (!skill) bySkill.set(role.skill, (skill = skills.require(role.skill, `roles[${i}].skill`)));
+    return skill;
+  });
   if (input.roles.length > 1 && !input.consensus) {
     const first = input.roles[0]!;
     if (input.roles.every((r) => r.skill === first.skill && r.description === first.description)) {

@@ -2,6 +2,7 @@ import type { EventDraft } from '../events/catalogue.js';
 import { BEIDOU, USER, type AgentRecord, type InboxKind, type InboxMessage, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { assertContentSize, assertInboxRoom } from './limits.js';
 
 /**
  * Inbox decisions. An inbox is `sent − delivered`: `send_message` (a peer or the user) and
@@ -51,7 +52,11 @@ export function deliveredView(state: RegistryState, message: InboxMessage): Deli
   };
 }
 
-/** A message the server routes into an inbox (never refused by the caps: it answers something). */
+/**
+ * A message the server routes into an inbox, not refused by the caps: answers handed to an
+ * asker and the server's own pings and escalations. What it writes on an agent's behalf goes
+ * through `toLeaderDraft` or checks `assertInboxRoom` first.
+ */
 export function inboxPosted(
   ctx: Pick<DomainContext, 'ids'>,
   to: Pick<AgentRecord, 'agent_id' | 'task_id'>,
@@ -87,9 +92,10 @@ export function messageDrafts(
 
 /**
  * The checks every sender shares (an agent through `send_message`, the user through the
- * admin API), then the message. Refuses a terminated recipient and a full inbox.
+ * admin API), then the message. Refuses oversized content, a terminated recipient and a full inbox.
  */
 export function postMessage(ctx: DomainContext, fromId: string, recipient: AgentRecord, content: string): { messageId: string; drafts: EventDraft[] } {
+  assertContentSize(ctx.config, 'content', content);
   if (recipient.terminate_consumed) {
     throw new DomainError(
       'recipient_terminated',
@@ -97,33 +103,51 @@ export function postMessage(ctx: DomainContext, fromId: string, recipient: Agent
       { to: recipient.agent_id },
     );
   }
-  const cap = ctx.config.inboxCap;
-  if (recipient.inbox.size >= cap) {
-    throw new DomainError(
-      'inbox_full',
-      `${recipient.name}'s inbox holds ${recipient.inbox.size} undelivered messages (the cap is ${cap}); wait for it to read them`,
-      { to: recipient.agent_id, undelivered: recipient.inbox.size, cap },
-    );
-  }
-  const maxChars = ctx.config.inboxMaxChars;
-  if (recipient.inbox_chars + content.length > maxChars) {
-    throw new DomainError(
-      'inbox_full',
-      `${recipient.name}'s undelivered messages would exceed ${maxChars} characters; wait for it to read them, or send less`,
-      { to: recipient.agent_id, undelivered: recipient.inbox.size, undelivered_chars: recipient.inbox_chars, max_chars: maxChars },
-    );
-  }
+  assertInboxRoom(ctx, recipient, content);
   const messageId = ctx.ids.next('msg');
   return { messageId, drafts: messageDrafts(ctx, fromId, recipient, content, messageId) };
 }
 
 /**
  * What the server routes into the caller's leader's inbox on the caller's behalf (a review
- * report, a termination request): never refused by the cap, since it answers a tool the
- * caller was entitled to call.
+ * report, a termination request). It counts against the leader's inbox caps like any
+ * message the caller could have sent (`inbox_full`); `replacing` are earlier messages the
+ * same commit withdraws.
  */
-export function toLeaderDraft(ctx: Pick<DomainContext, 'ids'>, caller: AgentRecord, kind: 'review_report' | 'termination_request', content: string): EventDraft {
+export function toLeaderDraft(
+  ctx: Pick<DomainContext, 'ids' | 'state' | 'config'>,
+  caller: AgentRecord,
+  kind: 'review_report' | 'termination_request',
+  content: string,
+  replacing: readonly InboxMessage[] = [],
+): EventDraft {
+  const leader = ctx.state.agents.get(caller.leader_id);
+  if (leader) assertInboxRoom(ctx, leader, content, replacing);
   return inboxPosted(ctx, { agent_id: caller.leader_id, task_id: caller.task_id }, caller.agent_id, kind, content);
+}
+
+/**
+ * The caller's review reports still waiting in its leader's inbox, which a new report
+ * replaces (`inbox.withdrawn`), so the leader sees one report per child. `undelivered`, when
+ * given, narrows them to what no delivery has taken in hand (a spawner push in flight).
+ */
+export function pendingReports(state: RegistryState, caller: AgentRecord, undelivered?: ReadonlySet<string>): InboxMessage[] {
+  const leader = state.agents.get(caller.leader_id);
+  if (!leader) return [];
+  return [...leader.inbox.values()].filter(
+    (m) => m.kind === 'review_report' && m.from === caller.agent_id && (!undelivered || undelivered.has(m.message_id)),
+  );
+}
+
+export function withdrawnDrafts(leader: Pick<AgentRecord, 'agent_id' | 'task_id'>, messages: readonly InboxMessage[]): EventDraft[] {
+  return messages.map((m) => ({
+    event: 'inbox.withdrawn' as const,
+    task_id: leader.task_id,
+    to: leader.agent_id,
+    from: m.from,
+    message_id: m.message_id,
+    reason: 'replaced' as const,
+  }));
 }
 
 /**

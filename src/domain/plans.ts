@@ -7,6 +7,7 @@ import type { AgentRecord, PlanRecord, RegistryState } from '../registry/state.j
 import { agentDrafts, assertDepthAllowed, teamDrafts, type SkillSource } from './agents.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { assertAgentsPerTask, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
 
 /**
  * Plans: `declare_plan`, `remove_plan` and `spawn_agent` as decisions. The event log holds
@@ -17,6 +18,12 @@ import { DomainError } from './errors.js';
 
 function planPath(home: string, taskId: string, planId: string): string {
   return path.join(homePaths(home).plans, taskId, `${planId}.json`);
+}
+
+/** The plan file: readable JSON with one task per line (indenting every dependency would double its size). */
+function planFileText(head: Record<string, string>, specs: readonly PlanTaskSpec[]): string {
+  const fields = Object.entries(head).map(([k, v]) => `  ${JSON.stringify(k)}: ${JSON.stringify(v)},`);
+  return ['{', ...fields, '  "tasks": [', specs.map((t) => `    ${JSON.stringify(t)}`).join(',\n'), '  ]', '}', ''].join('\n');
 }
 
 export function removedPlanPath(file: string): string {
@@ -38,9 +45,13 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
       plan_id: caller.active_plan_id,
     });
   }
+  assertPlanTasks(ctx, 'tasks', specs.length);
   const problem = validatePlanGraph(specs);
   if (problem) throw planGraphError(problem);
+  // Each distinct skill is looked up once: a lookup scans the skills folders.
+  const known = new Set<string>();
   for (const [i, t] of specs.entries()) {
+    if (known.has(t.skill)) continue;
     if (!skills.has(t.skill)) {
       throw new DomainError('unknown_skill', `tasks[${i}].skill "${t.skill}" does not resolve to a SKILL.md`, {
         field: `tasks[${i}].skill`,
@@ -48,11 +59,12 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
         available: skills.names(),
       });
     }
+    known.add(t.skill);
   }
   const planId = ctx.ids.next('pl');
   const file = planPath(ctx.config.home, caller.task_id, planId);
   const tasks = specs.map((t) => ({ ...t, status: initialStatus(t) as 'ready' | 'blocked' }));
-  const text = JSON.stringify({ plan_id: planId, task_id: caller.task_id, owner_agent_id: caller.agent_id, tasks: specs }, null, 2) + '\n';
+  const text = planFileText({ plan_id: planId, task_id: caller.task_id, owner_agent_id: caller.agent_id }, specs);
   const drafts: EventDraft[] = [
     { event: 'plan_declared', task_id: caller.task_id, plan_id: planId, owner_agent_id: caller.agent_id, team_id: null, plan_path: file, tasks },
   ];
@@ -124,6 +136,8 @@ export function spawnForPlanTask(
 ): { agentId: string; teamId: string; teamCreated: boolean; plan: PlanRecord; drafts: EventDraft[] } {
   const { plan, planTask } = spawnablePlanTask(ctx, caller, planTaskId);
   const { existing, depth } = spawnTeam(ctx, caller);
+  if (!existing) assertTeamsPerLeader(ctx, caller);
+  assertAgentsPerTask(ctx, caller.task_id, 1);
   const skill = skills.require(planTask.skill, null, `the skill "${planTask.skill}" of "${planTaskId}" could not be loaded`);
   const drafts: EventDraft[] = [];
   const team = existing ?? { team_id: ctx.ids.next('tm'), name: `team-${caller.name}` };

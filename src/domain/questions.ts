@@ -4,6 +4,7 @@ import { BEIDOU, USER, type AgentRecord, type QuestionItem, type QuestionRecord 
 import { promptSummary, renderAnswerText, validateAnswers, type AnswerInput } from './answers.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { assertContentSize, assertInboxRoom } from './limits.js';
 import { inboxPosted } from './messages.js';
 import { answerEffects, declineEffects } from './system-questions.js';
 
@@ -20,6 +21,8 @@ import { answerEffects, declineEffects } from './system-questions.js';
  * The caller puts the asker's waiter in place for `qid` before it commits the drafts.
  */
 export function ask(ctx: DomainContext, asker: AgentRecord, questions: QuestionItem[], context: string | null): { qid: string; drafts: EventDraft[] } {
+  assertContentSize(ctx.config, 'context', context);
+  assertContentSize(ctx.config, 'questions', questionsText(questions));
   const qid = ctx.ids.next('q');
   const holder = asker.leader_id === USER ? null : asker.leader_id;
   const drafts: EventDraft[] = [
@@ -85,6 +88,7 @@ export function answer(
     }
   }
   refuseSettled(q);
+  for (const [i, a] of input.entries()) assertContentSize(ctx.config, `answers[${i}].text`, a.text);
   const answers = validateAnswers(q.questions, input);
   const answerText = renderAnswerText(q.questions, answers);
   const drafts: EventDraft[] = [
@@ -150,5 +154,16 @@ function inboxQuestion(
     }),
     `Answer with mcp__beidou__answer_question {qid: "${qid}", answers: [...], reason} if you can; otherwise mcp__beidou__escalate_question {qid: "${qid}", reason}.`,
   ];
-  return inboxPosted(ctx, to, from, 'question', lines.join('\n'));
+  const content = lines.join('\n');
+  // Written on the asker's behalf: it counts against the holder's inbox like a message would.
+  const holder = ctx.state.agents.get(to.agent_id);
+  if (holder) assertInboxRoom(ctx, holder, content);
+  return inboxPosted(ctx, to, from, 'question', content);
+}
+
+/** Every text of a question set, as one string: what its size is measured on. */
+function questionsText(questions: readonly QuestionItem[]): string {
+  return questions
+    .flatMap((q) => [q.question, q.header, ...q.options.flatMap((o) => [o.label, o.description, o.value ?? ''])])
+    .join('');
 }

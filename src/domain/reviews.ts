@@ -4,7 +4,8 @@ import { USER, type AgentRecord } from '../registry/state.js';
 import { terminationDrafts } from './agents.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
-import { toLeaderDraft } from './messages.js';
+import { assertContentSize } from './limits.js';
+import { pendingReports, toLeaderDraft, withdrawnDrafts } from './messages.js';
 import { planOutcomeDrafts } from './plans.js';
 import { rootReviewQuestion, rootTerminationQuestion } from './system-questions.js';
 
@@ -49,8 +50,13 @@ export function reviewGateError(gate: ClosedGate, toolName: string): DomainError
 
 const ENVELOPES = ['[review required]', '[iteration ready]'];
 
-/** `signal_review`: the report to the leader's inbox, or for the root, a question to the user. */
-export function signalReview(ctx: DomainContext, caller: AgentRecord, detail: string): EventDraft[] {
+/**
+ * `signal_review`: the report to the leader's inbox, or for the root, a question to the user.
+ * A report of the caller's still waiting in the leader's inbox is withdrawn in the same
+ * commit (`undelivered`: the message ids no delivery has in hand, see `pendingReports`).
+ */
+export function signalReview(ctx: DomainContext, caller: AgentRecord, detail: string, undelivered?: ReadonlySet<string>): EventDraft[] {
+  assertContentSize(ctx.config, 'detail', detail);
   if (detail.trim().length === 0) {
     throw new DomainError('envelope_missing', 'detail is empty; write a report starting with [REVIEW REQUIRED]', { reason: 'detail_empty' });
   }
@@ -70,16 +76,24 @@ export function signalReview(ctx: DomainContext, caller: AgentRecord, detail: st
         return !m || m.terminate_consumed || m.review !== null || m.termination_request !== null;
       })
     : null;
+  // In the same commit: the report to the leader (replacing an undelivered earlier one), or the root's question to the user.
+  let handOver: EventDraft[];
+  if (caller.leader_id === USER) handOver = rootReviewQuestion(ctx, caller, detail);
+  else {
+    const replaced = pendingReports(ctx.state, caller, undelivered);
+    const report = toLeaderDraft(ctx, caller, 'review_report', detail, replaced);
+    handOver = [...withdrawnDrafts({ agent_id: caller.leader_id, task_id: caller.task_id }, replaced), report];
+  }
   return [
     { event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'review_pending', detail },
     { event: 'liveness_check', task_id: caller.task_id, agent_id: caller.agent_id, team_id: caller.team_id, all_done: allDone },
-    // In the same commit: the report to the leader, or the root's question to the user.
-    ...(caller.leader_id !== USER ? [toLeaderDraft(ctx, caller, 'review_report', detail)] : rootReviewQuestion(ctx, caller, detail)),
+    ...handOver,
   ];
 }
 
 /** `request_termination`: refused while the caller's own plan has unfinished tasks. */
 export function requestTermination(ctx: DomainContext, caller: AgentRecord, detail: string): EventDraft[] {
+  assertContentSize(ctx.config, 'detail', detail);
   const plan = activePlan(ctx.state, caller);
   if (plan) {
     const unfinished = [...plan.tasks.values()].filter((t) => t.status !== 'done' && t.status !== 'failed');

@@ -144,6 +144,16 @@ export const EVENT_FIELDS = {
     content: z.string(),
     message_id: id,
   }),
+  /**
+   * Standalone: an undelivered message left an inbox without being delivered (a repeated
+   * signal_review replaces the child's earlier report: the leader sees one per child).
+   */
+  'inbox.withdrawn': z.object({
+    to: id,
+    from: id,
+    message_id: id,
+    reason: z.enum(['replaced']),
+  }),
   plan_declared: z.object({
     plan_id: id,
     owner_agent_id: id,

@@ -14,7 +14,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Clock } from '../util/clock.js';
 import type { EventDraft, StoredEvent } from './catalogue.js';
-import { EventLogFailedError, type AppendResult, type EventListener, type EventLog } from './log.js';
+import { EventLogFailedError, TaskQuarantinedError, UnstorableEventError, type AppendResult, type EventListener, type EventLog, type ReplayReport } from './log.js';
+import { eventLine, scanLog } from './log-file.js';
 
 interface TaskFile {
   taskId: string;
@@ -29,6 +30,8 @@ interface TaskFile {
   /** Lines and events queued for the next group commit. */
   pendingLines: string[];
   pendingEvents: StoredEvent[];
+  /** Failed verification at start: read-only until `beidou doctor --repair`. */
+  quarantined: boolean;
 }
 
 interface Waiter {
@@ -58,46 +61,38 @@ export class JsonlEventLog implements EventLog {
     private readonly clock: Clock,
   ) {}
 
-  async open(onEvent: (event: StoredEvent) => void): Promise<void> {
+  async open(onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
+    const report: ReplayReport = { cut: [], quarantined: [] };
     for (const name of readdirSync(this.dir).sort()) {
       const match = TASK_FILE.exec(name);
       if (!match) continue;
       const taskId = match[1]!;
+      const filePath = path.join(this.dir, name);
       const file = this.openFile(taskId);
-      this.replayFile(file, path.join(this.dir, name), onEvent);
-    }
-  }
-
-  /** Reads one file; a torn last line (a crash mid-write, never acknowledged) is cut off. */
-  private replayFile(file: TaskFile, filePath: string, onEvent: (event: StoredEvent) => void): void {
-    const data = readFileSync(filePath);
-    let start = 0;
-    let lineNo = 0;
-    while (start < data.length) {
-      const nl = data.indexOf(0x0a, start);
-      if (nl === -1) {
-        ftruncateSync(file.fd, start);
+      const data = readFileSync(filePath);
+      const scan = scanLog(data, taskId, onEvent);
+      file.offsets = scan.offsets;
+      file.end = file.durableEnd = scan.end;
+      file.durableSeq = scan.offsets.length;
+      if (scan.problem) {
+        // Left as it is for `beidou doctor`; its trusted prefix stays readable.
+        file.quarantined = true;
+        report.quarantined.push({ taskId, file: filePath, ...scan.problem });
+      } else if (scan.end < data.length) {
+        // A torn line or a commit missing lines was never acknowledged (the reply waits
+        // for the sync of the whole commit): cut it, so the next write starts clean.
+        ftruncateSync(file.fd, scan.end);
         fdatasyncSync(file.fd);
-        break;
+        const { incomplete } = scan;
+        report.cut.push({
+          taskId,
+          file: filePath,
+          torn: scan.torn,
+          incomplete: incomplete && { firstSeq: incomplete.firstSeq, lastSeq: incomplete.lastSeq, of: incomplete.of },
+        });
       }
-      lineNo++;
-      const text = data.toString('utf8', start, nl);
-      let event: StoredEvent;
-      try {
-        event = JSON.parse(text) as StoredEvent;
-      } catch {
-        throw new Error(`${filePath}: line ${lineNo} is not valid JSON; refusing to start on a corrupt log`);
-      }
-      const expected = file.offsets.length + 1;
-      if (event.seq !== expected) {
-        throw new Error(`${filePath}: line ${lineNo} has seq ${event.seq}, expected ${expected}`);
-      }
-      file.offsets.push(start);
-      onEvent(event);
-      start = nl + 1;
     }
-    file.end = file.durableEnd = start;
-    file.durableSeq = file.offsets.length;
+    return report;
   }
 
   private openFile(taskId: string): TaskFile {
@@ -105,21 +100,42 @@ export class JsonlEventLog implements EventLog {
     if (file) return file;
     const fd = openSync(path.join(this.dir, `${taskId}.jsonl`), 'a+');
     const size = fstatSync(fd).size;
-    file = { taskId, fd, offsets: [], end: size, durableEnd: size, durableSeq: 0, pendingLines: [], pendingEvents: [] };
+    file = { taskId, fd, offsets: [], end: size, durableEnd: size, durableSeq: 0, pendingLines: [], pendingEvents: [], quarantined: false };
     this.files.set(taskId, file);
     return file;
   }
 
   append(drafts: readonly EventDraft[]): AppendResult {
     if (this.failure) throw new EventLogFailedError(this.failure);
+    // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
+    const heads: string[] = new Array(drafts.length);
+    const bodies: string[] = new Array(drafts.length);
+    const fields: Array<Record<string, unknown>> = new Array(drafts.length);
+    const perFile = new Map<string, number>();
+    for (let i = 0; i < drafts.length; i++) {
+      const { event: name, task_id, ...rest } = drafts[i]!;
+      if (this.files.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
+      try {
+        // The fields once, without the envelope; the envelope is spliced in front below.
+        bodies[i] = JSON.stringify(rest);
+        heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
+      } catch (err) {
+        throw new UnstorableEventError(i, err);
+      }
+      fields[i] = rest;
+      perFile.set(task_id, (perFile.get(task_id) ?? 0) + 1);
+    }
     const ts = this.clock.now();
+    const commits = new Map<string, number>();
     const events: StoredEvent[] = [];
-    for (const draft of drafts) {
+    for (let i = 0; i < drafts.length; i++) {
+      const draft = drafts[i]!;
       const file = this.openFile(draft.task_id);
-      const { event: name, task_id, ...fields } = draft;
-      // Envelope first so a line reads well; serialised exactly once.
-      const event = { seq: file.offsets.length + 1, ts, event: name, task_id, ...fields } as StoredEvent;
-      const line = JSON.stringify(event) + '\n';
+      const seq = file.offsets.length + 1;
+      let first = commits.get(draft.task_id);
+      if (first === undefined) commits.set(draft.task_id, (first = seq));
+      const event = { seq, ts, event: draft.event, task_id: draft.task_id, ...fields[i] } as StoredEvent;
+      const line = eventLine(seq, ts, heads[i]!, bodies[i]!, first, perFile.get(draft.task_id)!);
       file.offsets.push(file.end);
       file.end += Buffer.byteLength(line);
       file.pendingLines.push(line);
@@ -223,7 +239,13 @@ export class JsonlEventLog implements EventLog {
     let s = 0;
     while (s < buf.length) {
       const nl = buf.indexOf(0x0a, s);
-      out.push(JSON.parse(buf.toString('utf8', s, nl)) as StoredEvent);
+      const event = JSON.parse(buf.toString('utf8', s, nl)) as StoredEvent & { commit?: number; of?: number };
+      // Commit markers belong to the file, not to the event.
+      if (event.of !== undefined) {
+        delete event.commit;
+        delete event.of;
+      }
+      out.push(event);
       s = nl + 1;
     }
     return out;

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import * as routing from '../domain/questions.js';
 import { definePrimitive } from './define.js';
+import { nameField } from './fields.js';
 
 export const answerQuestion = definePrimitive({
   name: 'answer_question',
@@ -9,10 +10,11 @@ export const answerQuestion = definePrimitive({
     'Answer an [INBOX QUESTION] routed to you: the asker\'s ask_user returns with your answers and the user is never asked.',
     'Give one answer per sub-question, in order: {selected_labels: [...], text: string | null}; for free text or "Other", leave',
     'selected_labels empty and put the answer in text. reason says why you could answer (audit). Errors: unknown_qid, not_holder',
-    '(only the agent it was last routed to may answer), answer_count_mismatch, stale (already answered), invalid_input.',
+    '(only the agent it was last routed to may answer), answer_count_mismatch, stale (already answered), invalid_input,',
+    'content_too_large (an answers[i].text over BEIDOU_MAX_CONTENT_CHARS).',
   ].join(' '),
   inputSchema: z.strictObject({
-    qid: z.string().min(1, 'must not be empty').describe('The id from the [INBOX QUESTION] message.'),
+    qid: nameField().describe('The id from the [INBOX QUESTION] message.'),
     answers: z
       .array(
         z.strictObject({

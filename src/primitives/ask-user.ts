@@ -15,7 +15,8 @@ export const askUser = definePrimitive({
     'If the call ends first, the question stays pending and its answer arrives in your inbox as [ANSWER qid] ...',
     'Each question: question, header (at most 12 characters, may be empty), multiSelect, and options: none (free text) or 2-4',
     '{label, description, value?, requires_text?}. Returns answers[i] {selected_labels, selected_values, text} and answer_text.',
-    'Errors: invalid_input (names the question index and field), user_declined.',
+    'Errors: invalid_input (names the question index and field), user_declined, content_too_large (context, or all question texts',
+    'together, over BEIDOU_MAX_CONTENT_CHARS; details.field), inbox_full (your leader\'s inbox is at its cap; wait and retry).',
   ].join(' '),
   inputSchema: z.strictObject({
     questions: z.array(questionSchema).min(1, 'must hold 1 to 4 questions').max(4, 'must hold 1 to 4 questions').describe('1 to 4 questions.'),

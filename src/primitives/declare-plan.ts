@@ -1,17 +1,26 @@
 import { z } from 'zod';
 import * as plans from '../domain/plans.js';
 import type { PlanTaskSpec } from '../registry/plan-graph.js';
-import { writeFileAtomic } from '../util/durable-file.js';
+import { writeFileAtomicAsync } from '../util/durable-file.js';
 import { definePrimitive } from './define.js';
+import { nameField } from './fields.js';
+
+/** Dependencies one plan task may list. */
+export const MAX_DEPENDENCIES = 50;
 
 const taskSpecSchema = z.strictObject({
-  id: z.string().min(1, 'must not be empty').describe('Your id for this task, unique in the plan; used by spawn_agent and depends_on.'),
-  role: z.string().min(1, 'must not be empty').describe('Display name of the agent that will run it.'),
+  id: nameField().describe('Your id for this task, unique in the plan; used by spawn_agent and depends_on.'),
+  role: nameField().describe('Display name of the agent that will run it.'),
   skill: z.string().min(1, 'must name a skill').describe('Skill name, e.g. "worker".'),
   task: z.string().min(1, 'must not be empty').describe('The first message the agent receives; self-contained.'),
   description: z.string().default('').describe('Substituted into {role_description}.'),
   model: z.string().min(1).optional().describe('Model override.'),
-  depends_on: z.array(z.string()).default([]).describe('Ids of tasks in this plan that must be done first.'),
+  // Bounded so that the largest plan the defaults allow stays a short request (docs/performance.md).
+  depends_on: z
+    .array(z.string())
+    .max(MAX_DEPENDENCIES, `must list at most ${MAX_DEPENDENCIES} tasks`)
+    .default([])
+    .describe(`Ids of tasks in this plan that must be done first (any other is unknown_dep); at most ${MAX_DEPENDENCIES}.`),
 });
 
 const planTaskView = z.object({
@@ -29,7 +38,7 @@ export const declarePlan = definePrimitive({
     'Declare the DAG of tasks you will spawn agents for. Pure data: validates, persists and computes readiness; it creates no team and no agent.',
     'Then call spawn_agent for each ready task. One active plan per agent: call remove_plan first to replan.',
     'Errors (nothing is written on error): empty_plan, duplicate_task_id, self_dep, unknown_dep, cycle_detected (details.chain names the cycle),',
-    'unknown_skill, plan_already_declared.',
+    'unknown_skill, plan_already_declared, limit_exceeded (details.limit plan_tasks: more tasks than BEIDOU_MAX_PLAN_TASKS).',
   ].join(' '),
   inputSchema: z.strictObject({
     tasks: z.array(taskSpecSchema).describe('One entry per node of the DAG.'),
@@ -45,8 +54,9 @@ export const declarePlan = definePrimitive({
     return locks.plan.with(caller.agent_id, async () => {
       const specs: PlanTaskSpec[] = input.tasks.map((t) => ({ ...t, model: t.model ?? null }));
       const plan = plans.declarePlan(domain, caller, specs, skills);
-      // The file first: if it cannot be written, nothing changes.
-      writeFileAtomic(plan.file, plan.text);
+      // The file first: if it cannot be written, nothing changes. (The plan lock keeps the
+      // caller's own declare_plan calls in order meanwhile.)
+      await writeFileAtomicAsync(plan.file, plan.text);
       await registry.commit(plan.drafts);
       return {
         plan_id: plan.planId,

@@ -20,20 +20,20 @@ export async function invokePrimitive(primitive: AnyPrimitive, rawArgs: unknown,
     if (ctx.caller.terminate_posted) {
       throw new DomainError('agent_terminated', 'you are being terminated; end your turn', { agent_id: ctx.caller.agent_id });
     }
-    const args = rawArgs ?? {};
-    if (typeof args === 'object' && !Array.isArray(args)) {
-      const shape = primitive.inputSchema.shape as Record<string, unknown>;
-      if ('leader_id' in args && !('leader_id' in shape)) {
-        throw new DomainError(
-          'leader_override_attempted',
-          'leader_id cannot be supplied: the caller always leads what it creates',
-          { field: 'leader_id' },
-        );
-      }
-      for (const key of IDENTITY_KEYS) {
-        if (key in args && !(key in shape)) {
-          throw invalidInput(key, 'identity comes from your token and cannot be supplied in the input');
-        }
+    // Absent arguments are an empty input; anything but an object (null, an array, a string,
+    // a number) is a malformed call, refused like any other bad input.
+    if (rawArgs !== undefined && (rawArgs === null || typeof rawArgs !== 'object' || Array.isArray(rawArgs))) {
+      throw invalidInput('arguments', `must be an object, got ${rawArgs === null ? 'null' : Array.isArray(rawArgs) ? 'an array' : typeof rawArgs}`);
+    }
+    const args = (rawArgs ?? {}) as Record<string, unknown>;
+    // Own keys only: an inherited name (or a `__proto__` key) is not a field the caller sent.
+    const shape = primitive.inputSchema.shape as Record<string, unknown>;
+    if (Object.hasOwn(args, 'leader_id') && !Object.hasOwn(shape, 'leader_id')) {
+      throw new DomainError('leader_override_attempted', 'leader_id cannot be supplied: the caller always leads what it creates', { field: 'leader_id' });
+    }
+    for (const key of IDENTITY_KEYS) {
+      if (Object.hasOwn(args, key) && !Object.hasOwn(shape, key)) {
+        throw invalidInput(key, 'identity comes from your token and cannot be supplied in the input');
       }
     }
     const parsed = primitive.inputSchema.safeParse(args);

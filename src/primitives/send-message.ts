@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { DomainError, invalidInput } from '../domain/errors.js';
 import { postMessage } from '../domain/messages.js';
 import { definePrimitive } from './define.js';
+import { nameField } from './fields.js';
 
 export const sendMessage = definePrimitive({
   name: 'send_message',
@@ -12,10 +13,11 @@ export const sendMessage = definePrimitive({
     'A message from a leader to a child that signalled review also acknowledges the review (rework).',
     'Errors: unknown_recipient (no such agent), task_mismatch (the agent belongs to another task),',
     'recipient_terminated (it was terminated; escalate to your own leader instead of replacing it),',
-    'inbox_full (it has too many unread messages; wait and retry).',
+    'inbox_full (it has too many unread messages or characters, BEIDOU_INBOX_CAP / BEIDOU_INBOX_MAX_CHARS; wait and retry),',
+    'content_too_large (content is over BEIDOU_MAX_CONTENT_CHARS characters; details.field, max, setting).',
   ].join(' '),
   inputSchema: z.strictObject({
-    to: z.string().min(1, 'must be an agent id').describe("Recipient's agent id (same task)."),
+    to: nameField().describe("Recipient's agent id (same task)."),
     content: z.string().min(1, 'must not be empty').describe('Message body; include enough context to act on it.'),
   }),
   outputSchema: z.object({

@@ -3,6 +3,7 @@ import { DomainError } from '../domain/errors.js';
 import * as plans from '../domain/plans.js';
 import { readyTasks } from '../registry/queries.js';
 import { definePrimitive } from './define.js';
+import { nameField } from './fields.js';
 
 export const spawnAgent = definePrimitive({
   name: 'spawn_agent',
@@ -12,10 +13,11 @@ export const spawnAgent = definePrimitive({
     'The agent gets the task text as its first message, after a [TASK ASSIGNMENT] block with its plan_task_id and artifacts_path.',
     'Returns remaining_ready: other tasks you can spawn now. Errors: no_active_plan, unknown_task, task_not_ready (details.unmet_deps),',
     'task_not_pending (already in flight, done or failed), depth_exceeded (teams nest too deep: remove_plan and do it at a shallower level),',
-    'unknown_skill, concurrent_spawn (one spawn at a time).',
+    'unknown_skill, concurrent_spawn (one spawn at a time), limit_exceeded (details.limit: agents_per_task, the task has',
+    'BEIDOU_MAX_AGENTS_PER_TASK agents; teams_per_leader, your first spawn would pass BEIDOU_MAX_TEAMS_PER_LEADER teams).',
   ].join(' '),
   inputSchema: z.strictObject({
-    task_id: z.string().min(1, 'must name a task of your plan').describe('Id of a ready task in your active plan.'),
+    task_id: nameField().describe('Id of a ready task in your active plan.'),
   }),
   outputSchema: z.object({
     agent_id: z.string(),

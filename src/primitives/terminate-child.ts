@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import * as reviews from '../domain/reviews.js';
 import { definePrimitive } from './define.js';
+import { nameField } from './fields.js';
 
 export const terminateChild = definePrimitive({
   name: 'terminate_child',
@@ -12,7 +13,7 @@ export const terminateChild = definePrimitive({
     'Errors: unknown_agent, not_leader, already_terminating, child_not_pending_review (wait for signal_review, send rework, or force).',
   ].join(' '),
   inputSchema: z.strictObject({
-    agent_id: z.string().min(1, 'must be an agent id').describe('The child to terminate.'),
+    agent_id: nameField().describe('The child to terminate.'),
     force: z.boolean().default(false).describe('Terminate even without a pending review (marks its plan task failed).'),
   }),
   outputSchema: z.object({ sentinel_posted: z.literal(true) }),

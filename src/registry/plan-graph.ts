@@ -32,7 +32,7 @@ export function validatePlanGraph(tasks: readonly PlanTaskSpec[]): PlanGraphErro
     index.set(t.id, i);
   }
   for (const [i, t] of tasks.entries()) {
-    if (t.depends_on.includes(t.id)) return { code: 'self_dep', id: t.id, index: i };
+    for (const dep of t.depends_on) if (dep === t.id) return { code: 'self_dep', id: t.id, index: i };
     for (const dep of t.depends_on) if (!index.has(dep)) return { code: 'unknown_dep', id: t.id, dep, index: i };
   }
   const chain = findCycle(tasks);
@@ -41,37 +41,48 @@ export function validatePlanGraph(tasks: readonly PlanTaskSpec[]): PlanGraphErro
 
 /**
  * Kahn's algorithm decides whether the graph is acyclic; when it is not, a walk along the
- * unresolved nodes names one offending chain, e.g. `["a", "b", "c", "a"]`.
+ * unresolved nodes names one offending chain, e.g. `["a", "b", "c", "a"]`. Linear in tasks
+ * plus dependencies (nodes are array indexes, the queue an array with a head), so the
+ * largest plan the limits allow is checked in a few milliseconds.
  */
 export function findCycle(tasks: readonly PlanTaskSpec[]): string[] | null {
-  const indegree = new Map<string, number>(tasks.map((t) => [t.id, new Set(t.depends_on).size]));
-  const dependents = new Map<string, string[]>(tasks.map((t) => [t.id, []]));
-  for (const t of tasks) for (const dep of new Set(t.depends_on)) dependents.get(dep)?.push(t.id);
-  const queue = tasks.filter((t) => indegree.get(t.id) === 0).map((t) => t.id);
-  let resolved = 0;
-  while (queue.length > 0) {
-    const id = queue.shift()!;
-    resolved++;
-    for (const next of dependents.get(id) ?? []) {
-      const d = indegree.get(next)! - 1;
-      indegree.set(next, d);
-      if (d === 0) queue.push(next);
+  const n = tasks.length;
+  const indexOf = new Map<string, number>();
+  for (let i = 0; i < n; i++) if (!indexOf.has(tasks[i]!.id)) indexOf.set(tasks[i]!.id, i);
+  // Distinct dependencies per node (a repeated dep counts once), and the reverse edges.
+  const deps: number[][] = [];
+  const dependents: number[][] = Array.from({ length: n }, () => []);
+  const seenBy = new Int32Array(n).fill(-1);
+  for (let i = 0; i < n; i++) {
+    const mine: number[] = [];
+    for (const dep of tasks[i]!.depends_on) {
+      const d = indexOf.get(dep);
+      if (d === undefined || seenBy[d] === i) continue;
+      seenBy[d] = i;
+      mine.push(d);
+      dependents[d]!.push(i);
     }
+    deps.push(mine);
   }
-  if (resolved === tasks.length) return null;
+  const indegree = Int32Array.from(deps, (d) => d.length);
+  const queue: number[] = [];
+  for (let i = 0; i < n; i++) if (indegree[i] === 0) queue.push(i);
+  for (let head = 0; head < queue.length; head++) {
+    for (const next of dependents[queue[head]!]!) if (--indegree[next]! === 0) queue.push(next);
+  }
+  if (queue.length === n) return null;
   // Every unresolved node has an unresolved dependency: follow them until one repeats.
-  const byId = new Map(tasks.map((t) => [t.id, t]));
-  const unresolved = (id: string) => (indegree.get(id) ?? 0) > 0;
-  let current = tasks.find((t) => unresolved(t.id))!.id;
-  const path: string[] = [];
-  const at = new Map<string, number>();
+  const unresolved = (i: number) => indegree[i]! > 0;
+  let current = indegree.findIndex((d) => d > 0);
+  const path: number[] = [];
+  const at = new Map<number, number>();
   while (!at.has(current)) {
     at.set(current, path.length);
     path.push(current);
-    current = byId.get(current)!.depends_on.find(unresolved)!;
+    current = deps[current]!.find(unresolved)!;
   }
   // Reported in dependency order: each id depends on the one after it.
-  return [...path.slice(at.get(current)!), current];
+  return [...path.slice(at.get(current)!), current].map((i) => tasks[i]!.id);
 }
 
 /** Initial statuses: a task with no dependencies is ready, the rest are blocked. */

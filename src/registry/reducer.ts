@@ -1,5 +1,5 @@
 import type { StoredEvent } from '../events/catalogue.js';
-import { BEIDOU, USER, type AgentRecord, type PendingHandoff, type RegistryState } from './state.js';
+import { BEIDOU, USER, type AgentRecord, type InboxMessage, type PendingHandoff, type RegistryState } from './state.js';
 
 /** The agent acted: the idle clock restarts and the watchdog's nudges reset. */
 function touch(agent: AgentRecord | undefined, ts: number): void {
@@ -8,6 +8,14 @@ function touch(agent: AgentRecord | undefined, ts: number): void {
   agent.last_activity_at = ts;
   agent.nudges = 0;
   agent.nudge_escalated = false;
+}
+
+/** A message into an inbox; a reused message id replaces the earlier one and its characters. */
+function putInInbox(agent: AgentRecord, message: InboxMessage): void {
+  const previous = agent.inbox.get(message.message_id);
+  if (previous) agent.inbox_chars -= previous.content.length;
+  agent.inbox_chars += message.content.length;
+  agent.inbox.set(message.message_id, message);
 }
 
 const handoff = (detail: string, ts: number): PendingHandoff => ({ detail, since: ts, pings: 0, last_ping_at: ts, escalated: false });
@@ -139,8 +147,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     case 'send_message': {
       const recipient = state.agents.get(e.to);
       if (recipient) {
-        recipient.inbox_chars += e.content.length;
-        recipient.inbox.set(e.message_id, {
+        putInInbox(recipient, {
           message_id: e.message_id,
           from: e.caller_id,
           kind: e.caller_id === USER ? 'user' : 'message',
@@ -155,14 +162,15 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     }
     case 'inbox.posted': {
       const recipient = state.agents.get(e.to);
-      if (recipient) recipient.inbox_chars += e.content.length;
-      recipient?.inbox.set(e.message_id, {
-        message_id: e.message_id,
-        from: e.from,
-        kind: e.kind,
-        content: e.content,
-        ts: e.ts,
-      });
+      if (recipient) putInInbox(recipient, { message_id: e.message_id, from: e.from, kind: e.kind, content: e.content, ts: e.ts });
+      return;
+    }
+    case 'inbox.withdrawn': {
+      const recipient = state.agents.get(e.to);
+      const withdrawn = recipient?.inbox.get(e.message_id);
+      if (!recipient || !withdrawn) return;
+      recipient.inbox.delete(e.message_id);
+      recipient.inbox_chars -= withdrawn.content.length;
       return;
     }
     case 'agent_input': {

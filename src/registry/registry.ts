@@ -1,5 +1,6 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
-import type { EventLog } from '../events/log.js';
+import type { EventLog, ReplayReport } from '../events/log.js';
+import { extractTask, type QuarantinedTask } from './quarantine.js';
 import { reduce } from './reducer.js';
 import { emptyState, type AgentRecord, type RegistryState, type TaskRecord } from './state.js';
 
@@ -13,14 +14,26 @@ export type CommitObserver = (events: readonly StoredEvent[]) => void;
  */
 export class Registry {
   readonly state: RegistryState = emptyState();
+  /** Tasks whose log failed verification: kept out of `state`, shown, never written to. */
+  readonly quarantined = new Map<string, QuarantinedTask>();
   private readonly observers = new Set<CommitObserver>();
   private readonly durableObservers = new Set<CommitObserver>();
 
   constructor(readonly log: EventLog) {}
 
-  /** Rebuilds the whole state by reducing the logs in order. */
-  async open(): Promise<void> {
-    await this.log.open((event) => reduce(this.state, event));
+  /** Rebuilds the whole state by reducing the logs in order; a task that fails verification is quarantined. */
+  async open(): Promise<ReplayReport> {
+    const report = await this.log.open((event) => reduce(this.state, event));
+    for (const { taskId, file, line, reason } of report.quarantined) {
+      this.quarantined.set(taskId, { task_id: taskId, quarantine: { file, line, reason }, state: extractTask(this.state, taskId) });
+    }
+    return report;
+  }
+
+  /** The quarantined task an agent or a question belongs to, if any. */
+  quarantineOf(kind: 'agents' | 'questions', id: string): QuarantinedTask | undefined {
+    for (const q of this.quarantined.values()) if (q.state[kind].has(id)) return q;
+    return undefined;
   }
 
   /** Appends, reduces and tells observers; resolves with the events once they are durable. */

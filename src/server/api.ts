@@ -13,7 +13,7 @@ import { VERSION } from '../util/version.js';
 import type { Authenticator } from './auth.js';
 import { thenBody } from './body.js';
 import { ApiError, parseOr400 } from './http-errors.js';
-import { agentView, questionView, taskDetail, taskSummary } from './views.js';
+import { agentView, quarantinedDetail, quarantinedSummary, questionView, taskDetail, taskSummary } from './views.js';
 
 const createTaskBody = z.strictObject({
   task: z.string().trim().min(1, 'must describe the task'),
@@ -66,25 +66,39 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   });
 
   api.get('/tasks', admin, (_req, res) => {
-    const tasks = [...registry.state.tasks.values()]
-      .sort((a, b) => b.created_at - a.created_at)
-      .map((t) => taskSummary(registry.state, t));
+    const tasks = [
+      ...[...registry.state.tasks.values()].map((t) => taskSummary(registry.state, t)),
+      ...[...registry.quarantined.values()].map(quarantinedSummary),
+    ].sort((a, b) => (b.created_at ?? 0) - (a.created_at ?? 0));
     res.json({ tasks });
   });
 
+  // A quarantined task's log failed verification at start: shown, never written to.
+  const quarantined = (taskId: string): never => {
+    const { quarantine } = registry.quarantined.get(taskId)!;
+    throw new ApiError(409, 'task_quarantined', `task ${taskId} is quarantined: ${quarantine.file} line ${quarantine.line}: ${quarantine.reason}; repair it with beidou doctor --repair while the server is stopped`, { task_id: taskId, quarantine });
+  };
   const taskOr404 = (id: string) => {
     const task = registry.task(id);
-    if (!task) throw new ApiError(404, 'unknown_task', `no task ${id}`);
+    if (!task) {
+      if (registry.quarantined.has(id)) quarantined(id);
+      throw new ApiError(404, 'unknown_task', `no task ${id}`);
+    }
     return task;
   };
   const agentOr404 = (id: string) => {
     const agent = registry.agent(id);
-    if (!agent) throw new ApiError(404, 'unknown_agent', `no agent ${id}`);
+    if (!agent) {
+      const q = registry.quarantineOf('agents', id);
+      if (q) quarantined(q.task_id);
+      throw new ApiError(404, 'unknown_agent', `no agent ${id}`);
+    }
     return agent;
   };
 
   api.get('/tasks/:id', admin, (req, res) => {
-    res.json(taskDetail(registry.state, taskOr404(param(req, 'id'))));
+    const q = registry.quarantined.get(param(req, 'id'));
+    res.json(q ? quarantinedDetail(q) : taskDetail(registry.state, taskOr404(param(req, 'id'))));
   });
 
   api.post('/tasks/:id/terminate', admin, async (req, res) => {
@@ -159,7 +173,9 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   });
 
   /** A settled question is refused as `stale`; the REST contract calls it 409 `already_answered`. */
-  const asUser = async (decide: () => EventDraft[]) => {
+  const asUser = async (qid: string, decide: () => EventDraft[]) => {
+    const q = registry.quarantineOf('questions', qid);
+    if (q) quarantined(q.task_id);
     let drafts;
     try {
       drafts = decide();
@@ -173,14 +189,14 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   api.post('/questions/:qid/answer', admin, async (req, res) => {
     const { answers } = parseOr400(answerBody, req.body);
     const qid = param(req, 'qid');
-    await asUser(() => routing.answer(domain, USER, qid, answers, null, services.questions.has(qid)));
+    await asUser(qid, () => routing.answer(domain, USER, qid, answers, null, services.questions.has(qid)));
     res.json({ ok: true });
   });
 
   api.post('/questions/:qid/decline', admin, async (req, res) => {
     const { reason } = parseOr400(declineBody, req.body);
     const qid = param(req, 'qid');
-    await asUser(() => routing.decline(domain, qid, reason, services.questions.has(qid)));
+    await asUser(qid, () => routing.decline(domain, qid, reason, services.questions.has(qid)));
     res.json({ ok: true });
   });
 

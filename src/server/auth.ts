@@ -16,7 +16,8 @@ export type AuthRefusalCode =
   | 'invalid_claims'
   | 'wrong_token_kind'
   | 'unknown_agent'
-  | 'agent_terminated';
+  | 'agent_terminated'
+  | 'task_quarantined';
 
 export class AuthRefusal extends Error {
   constructor(
@@ -55,6 +56,9 @@ export class Authenticator {
       throw err;
     }
     if (claims.kind === 'spawner') return { kind: 'spawner', spawnerId: claims.sub };
+    if (claims.task_id !== undefined && this.registry.quarantined.has(claims.task_id)) {
+      throw new AuthRefusal('task_quarantined', `task ${claims.task_id} is quarantined (its event log failed verification); its agents cannot act until it is repaired`);
+    }
     const agent = this.registry.agent(claims.sub);
     if (!agent || agent.task_id !== claims.task_id) {
       throw new AuthRefusal('unknown_agent', `no agent ${claims.sub} is registered in task ${claims.task_id ?? '?'}`);

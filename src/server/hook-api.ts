@@ -15,10 +15,10 @@ import { responseFlushed } from './reply-flush.js';
  */
 
 /** Shadow tools that compete with Beidou primitives, and what to use instead. */
-export const FORBIDDEN_TOOLS: Record<string, string> = {
-  SendMessage: 'use mcp__beidou__send_message: messages go through Beidou inboxes',
-  TodoWrite: 'track work with mcp__beidou__declare_plan and hand it over with mcp__beidou__signal_review',
-};
+export const FORBIDDEN_TOOLS: ReadonlyMap<string, string> = new Map([
+  ['SendMessage', 'use mcp__beidou__send_message: messages go through Beidou inboxes'],
+  ['TodoWrite', 'track work with mcp__beidou__declare_plan and hand it over with mcp__beidou__signal_review'],
+]);
 
 /** Claude Code tools a leader keeps while a child's review waits on it (docs/tools.md, the review gate). */
 const REVIEW_GATE_TOOLS = new Set(['Read', 'Glob', 'Grep', 'Bash']);
@@ -40,7 +40,8 @@ export function hookApi(services: Services, auth: Authenticator): Router {
     const { tool_name, tool_input } = parseOr400(preToolBody, req.body);
     const agent = caller(req);
     const base = { task_id: agent.task_id, caller_id: agent.agent_id };
-    const forbidden = FORBIDDEN_TOOLS[tool_name];
+    // A Map: a plain object would find `constructor` or `toString` on its prototype.
+    const forbidden = FORBIDDEN_TOOLS.get(tool_name);
     if (forbidden) {
       await registry.commit([{ event: 'disallowed_alias.denied', ...base, tool_name }]);
       return void res.json({ decision: 'deny', reason: `${tool_name} is not available here: ${forbidden}.` });

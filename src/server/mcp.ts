@@ -4,7 +4,6 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
-  CallToolRequestSchema,
   ListToolsRequestSchema,
   isInitializeRequest,
   type CallToolResult,
@@ -22,6 +21,7 @@ import { thenBody } from './body.js';
 import { Connection, FlushingSSEServerTransport, requestConnection, type ReplyTracker } from './reply-flush.js';
 import { SessionCap } from './session-cap.js';
 import { SessionEventStore } from './stream-store.js';
+import { onToolCall } from './tool-call.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -129,7 +129,7 @@ export class McpSessions {
       },
     );
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
-    server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
+    onToolCall(server, async (request, extra): Promise<CallToolResult> => {
       const { services } = this;
       const primitive = this.byName.get(request.params.name);
       const caller = services.registry.agent(agentId);

@@ -2,6 +2,8 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { homePaths, prepareHome, type Config } from '../config.js';
 import type { DomainContext } from '../domain/context.js';
+import { acquireHomeLock, type HomeLock } from '../events/home-lock.js';
+import type { ReplayReport } from '../events/log.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile } from '../identity/secrets.js';
 import { TokenService } from '../identity/tokens.js';
@@ -65,14 +67,31 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const clock = options.clock ?? systemClock;
   prepareHome(config.home);
   const paths = homePaths(config.home);
+  // Before anything is read: a second server on this home is refused (HomeLockedError).
+  const homeLock = acquireHomeLock(config.home, paths);
+  try {
+    return await run(config, options, logger, clock, paths, homeLock);
+  } catch (err) {
+    homeLock.release();
+    throw err;
+  }
+}
 
+async function run(
+  config: Config,
+  options: StartOptions,
+  logger: Logger,
+  clock: Clock,
+  paths: ReturnType<typeof homePaths>,
+  homeLock: HomeLock,
+): Promise<BeidouServer> {
   const adminToken = config.adminToken ?? readOrCreateSecretFile(paths.adminToken, newAdminToken);
   const secret = config.secret ?? readOrCreateSecretFile(paths.secret, newSigningSecret);
 
   const log = new JsonlEventLog(paths.events, clock);
   const registry = new Registry(log);
   const openedAt = performance.now(); // a duration for the log line, not a time of day
-  await registry.open();
+  logReplay(logger, await registry.open());
   const rollups = new SqliteRollups(paths.statsDb, registry.state, (err) =>
     logger.error({ err }, 'could not write the rollups (stats.db); `beidou stats rebuild` recreates them'),
   );
@@ -169,6 +188,7 @@ export async function startServer(config: Config, options: StartOptions = {}): P
       await closed;
       await log.close();
       rollups.close();
+      homeLock.release();
       logger.info('stopped');
       await new Promise<void>((resolve) => logger.flush(() => resolve()));
     })());
@@ -185,4 +205,25 @@ export async function startServer(config: Config, options: StartOptions = {}): P
     mcpSessions: () => mcp.size,
     close,
   };
+}
+
+/** What the replay cut or quarantined, one warning each: the operator should know. */
+function logReplay(logger: Logger, report: ReplayReport): void {
+  for (const cut of report.cut) {
+    const { incomplete } = cut;
+    if (incomplete) {
+      logger.warn(
+        { file: cut.file, first_seq: incomplete.firstSeq, last_seq: incomplete.lastSeq, of: incomplete.of },
+        `${cut.file}: dropped an incomplete commit (seqs ${incomplete.firstSeq}-${incomplete.lastSeq} of a commit of ${incomplete.of} lines, cut short before its end; never acknowledged)`,
+      );
+    } else {
+      logger.warn({ file: cut.file }, `${cut.file}: cut a torn last line (a write cut short; never acknowledged)`);
+    }
+  }
+  for (const q of report.quarantined) {
+    logger.error(
+      { task_id: q.taskId, file: q.file, line: q.line, reason: q.reason },
+      `task ${q.taskId} quarantined: ${q.file} line ${q.line}: ${q.reason}; the other tasks run (see beidou doctor)`,
+    );
+  }
 }

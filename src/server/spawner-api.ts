@@ -3,6 +3,7 @@ import { createSession } from 'better-sse';
 import { zodToInvalidInput } from '../domain/errors.js';
 import { NotYourAgent } from '../domain/spawners.js';
 import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../events/catalogue.js';
+import { UnstorableEventError } from '../events/log.js';
 import { ackBody, eventsBody, INSTANCE_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
@@ -109,7 +110,14 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
       }
       return { event: name, task_id: agent.task_id, ...parsed.data } as EventDraft;
     });
-    await mine(() => spawners.report(spawnerId(req), agentId, drafts));
+    await mine(() => spawners.report(spawnerId(req), agentId, drafts)).catch((err: unknown) => {
+      // Serialised before any of it is numbered: nothing of the batch was written.
+      if (err instanceof UnstorableEventError && err.index < drafts.length) {
+        const i = err.index;
+        throw new ApiError(400, 'invalid_input', `events[${i}] (${drafts[i]!.event}) cannot be stored: ${err.reason}`, { field: `events[${i}]` });
+      }
+      throw err;
+    });
     res.json({ ok: true, accepted: drafts.length });
   });
 

@@ -1,4 +1,5 @@
 import { agentStatus } from '../registry/queries.js';
+import type { QuarantinedTask } from '../registry/quarantine.js';
 import { USER, type AgentRecord, type PlanRecord, type QuestionRecord, type RegistryState, type TaskRecord, type TeamRecord } from '../registry/state.js';
 
 /** JSON views of registry records for the admin API (inboxes as counts, ids as strings). */
@@ -130,4 +131,30 @@ export function questionView(q: QuestionRecord) {
     answered_at: q.answered_at,
     audit: q.audit.map((a) => ({ ...a })),
   };
+}
+
+/**
+ * A quarantined task: what its events before the fault made of it, with `status:
+ * "quarantined"` and where its log fails. A file bad from its first line has no record yet.
+ */
+function quarantinedTaskView(q: QuarantinedTask) {
+  const t = q.state.tasks.get(q.task_id);
+  const view = t
+    ? taskView(t)
+    : { task_id: q.task_id, name: null, text: null, skill: null, model: null, workspace: null, spawn: null, root_agent_id: null, created_at: null, ended_at: null, end_reason: null, last_event_at: null, event_count: 0 };
+  return { ...view, status: 'quarantined' as const, quarantine: { ...q.quarantine } };
+}
+
+export function quarantinedSummary(q: QuarantinedTask) {
+  const t = q.state.tasks.get(q.task_id);
+  const agents = t ? taskSummary(q.state, t).agents : { total: 0, live: 0 };
+  return { ...quarantinedTaskView(q), agents };
+}
+
+export function quarantinedDetail(q: QuarantinedTask) {
+  const t = q.state.tasks.get(q.task_id);
+  const detail = t
+    ? taskDetail(q.state, t)
+    : { agents: [], teams: [], plans: [], questions: [], stats: { agents: 0, live_agents: 0, teams: 0, events: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0, messages: 0, undelivered: 0 } };
+  return { ...detail, task: quarantinedTaskView(q), quarantine: { ...q.quarantine } };
 }

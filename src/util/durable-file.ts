@@ -1,4 +1,5 @@
 import { closeSync, fsyncSync, mkdirSync, openSync, renameSync, writeSync } from 'node:fs';
+import { mkdir, open, rename } from 'node:fs/promises';
 import path from 'node:path';
 
 /**
@@ -29,6 +30,27 @@ export function writeFileAtomic(file: string, text: string): void {
   }
   renameSync(tmp, file);
   fsyncDir(dir);
+}
+
+/** `writeFileAtomic` off the event loop: a large file's write and fsync do not hold other requests up. */
+export async function writeFileAtomicAsync(file: string, text: string): Promise<void> {
+  const dir = path.dirname(file);
+  await mkdir(dir, { recursive: true });
+  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.tmp`);
+  const handle = await open(tmp, 'w', 0o644);
+  try {
+    await handle.writeFile(text);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  await rename(tmp, file);
+  const folder = await open(dir, 'r');
+  try {
+    await folder.sync();
+  } finally {
+    await folder.close();
+  }
 }
 
 /** A rename that survives a crash once it returns. */

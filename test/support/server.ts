@@ -8,6 +8,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { loadConfig } from '../../src/config.js';
 import { startServer, type BeidouServer } from '../../src/server/server.js';
 import type { Clock } from '../../src/util/clock.js';
+import type { Logger } from '../../src/util/logger.js';
 
 /**
  * Test support: the real server on a free loopback port with a temp home, and real MCP SDK
@@ -27,10 +28,10 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startTestServer(opts: { home?: string; env?: Record<string, string>; clock?: Clock } = {}): Promise<TestServer> {
+export async function startTestServer(opts: { home?: string; env?: Record<string, string>; clock?: Clock; logger?: Logger } = {}): Promise<TestServer> {
   const home = opts.home ?? tempHome();
   const config = loadConfig({ port: '0', home }, { ...opts.env });
-  const server = await startServer(config, { logger: pino({ level: 'silent' }), ...(opts.clock ? { clock: opts.clock } : {}) });
+  const server = await startServer(config, { logger: opts.logger ?? pino({ level: 'silent' }), ...(opts.clock ? { clock: opts.clock } : {}) });
   const api = async (method: string, route: string, body?: unknown, token = server.adminToken) => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
