@@ -114,6 +114,13 @@ describe('item 1: no token, no resources', () => {
     }
     // /api/health stays open to all.
     expect((await fetch(`${ts.url}/api/health`)).status).toBe(200);
+    // The routes that take no token take no body either: one that comes with a claimed body
+    // is answered and its connection closed, not held for the rest.
+    for (const path of ['/api/health', '/', '/.well-known/oauth-authorization-server']) {
+      const raw = rawSocket(ts.url, `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n{"a"`);
+      const seen = await within(raw.closed, 5_000, `connection closed after GET ${path} with a body`);
+      expect(seen.toLowerCase(), path).toContain('connection: close');
+    }
   });
 
   it('cuts a body that does not arrive within BEIDOU_BODY_TIMEOUT_S (408), and headers that never end', async () => {

@@ -42,7 +42,7 @@ describe('input validation', () => {
     }
   });
 
-  it('tools/call whose arguments is not an object is an invalid_input tool error, and nothing is written', async () => {
+  it('tools/call whose arguments is not an object, or whose name is not a string, is an invalid_input tool error, and nothing is written', async () => {
     const { ts, task, root } = await setUp();
     const before = durableEvents(ts, task.task_id);
     for (const args of [null, [], 'x', 42, true]) {
@@ -51,6 +51,12 @@ describe('input validation', () => {
       const body = JSON.parse((result.content[0] as { text: string }).text);
       expect(body).toMatchObject({ error: 'invalid_input', details: { field: 'arguments' } });
       expect(body.message).not.toMatch(/ZodError|"code"/);
+    }
+    // A name that is missing or not a string is an unknown tool, not a protocol error.
+    for (const params of [{ arguments: {} }, { name: { x: 1 }, arguments: {} }, { name: 42 }, { name: null }]) {
+      const result = await rawCall(root, params);
+      expect(result.isError, JSON.stringify(params)).toBe(true);
+      expect(JSON.parse((result.content[0] as { text: string }).text)).toMatchObject({ error: 'invalid_input', details: { field: 'name' } });
     }
     // A tool without required input still accepts absent arguments.
     const listed = await rawCall(root, { name: 'list_peers' });

@@ -162,6 +162,14 @@ describe('limits: quotas and content caps', () => {
     expectError(await a.client.call('request_termination', { detail: big }), 'content_too_large', tooLarge('detail'));
     expectError(await a.client.call('ask_user', { questions: [FREE], context: big }), 'content_too_large', tooLarge('context'));
     expectError(await a.client.call('ask_user', { questions: [{ ...FREE, question: big }] }), 'content_too_large', tooLarge('questions'));
+    // What a leader hands the agents it creates: their first message and their prompt.
+    const member = { role: 'm', skill: 'worker', description: 'm' };
+    expectError(await a.client.call('create_team', { name: 'crew', task: big, roles: [member] }), 'content_too_large', tooLarge('task'));
+    expectError(await a.client.call('create_team', { name: 'crew', task: 't', roles: [{ ...member, description: big }] }), 'content_too_large', tooLarge('roles[0].description'));
+    expectError(await a.client.call('create_team', { name: 'crew', task: 't', roles: [member], rules: ['r', big] }), 'content_too_large', tooLarge('rules'));
+    const planTask = { id: 'p', role: 'p', skill: 'worker', task: 't' };
+    expectError(await a.client.call('declare_plan', { tasks: [{ ...planTask, task: big }] }), 'content_too_large', tooLarge('tasks[0].task'));
+    expectError(await a.client.call('declare_plan', { tasks: [{ ...planTask, description: big }] }), 'content_too_large', tooLarge('tasks[0].description'));
     const rest = await s.api('POST', `/agents/${a.id}/send`, { content: big });
     expect(rest).toMatchObject({ status: 413, body: { error: 'content_too_large', details: tooLarge('content') } });
     expect(await snapshot(s, task.task_id)).toEqual(before);

@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { createParser } from 'eventsource-parser';
@@ -179,6 +179,9 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const twiceFile = fileOf(home, doubled.task_id);
     const twice = linesOf(twiceFile);
     writeFileSync(twiceFile, [...twice, twice.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n');
+    // A folder by a task file's name cannot be read as a log: that one task is quarantined.
+    const folder = path.join(home, 'events', 'tsk_folder.jsonl');
+    mkdirSync(folder);
 
     const { logger, lines: logLines } = capturingLogger();
     ts = await start(logger);
@@ -190,6 +193,7 @@ describe('log integrity', { timeout: 60_000 }, () => {
       text: 'a seq written twice',
       quarantine: { file: twiceFile, line: twice.length + 1, reason: `seq ${twice.length}, expected ${twice.length + 1}` },
     });
+    expect(byId.get('tsk_folder')).toMatchObject({ status: 'quarantined', quarantine: { file: folder, line: 0, reason: 'not a regular file' } });
     expect(byId.get(healthy.task_id)).toMatchObject({ status: 'running' });
     expect(byId.get(healthy.task_id)).not.toHaveProperty('quarantine');
 

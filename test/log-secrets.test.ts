@@ -3,6 +3,8 @@ import { createParser } from 'eventsource-parser';
 import { afterEach, describe, expect, it } from 'vitest';
 import { homePaths, loadConfig } from '../src/config.js';
 import { startServer, type BeidouServer } from '../src/server/server.js';
+import { TokenService } from '../src/identity/tokens.js';
+import { systemClock } from '../src/util/clock.js';
 import { createLogger } from '../src/util/logger.js';
 import { connectAgent, removeHome, tempHome, type TestAgent } from './support/server.js';
 
@@ -37,6 +39,22 @@ describe('item 8: the logger redacts credentials', () => {
     for (let i = 1; i <= 8; i++) expect(text).not.toMatch(new RegExp(`SECRET-${i}`));
     const line = JSON.parse(log.lines[0]!);
     expect(line).toMatchObject({ req: { method: 'POST', headers: { authorization: '[redacted]', host: 'localhost' } }, launch: { token: '[redacted]', agent_id: 'ag_x' } });
+  });
+});
+
+describe('item 8: a message text quoting a token', () => {
+  it('has the token cut out (an agent printing its own curl line, logged by its spawner)', async () => {
+    const log = memoryLog();
+    const logger = createLogger('info', log.stream);
+    const tokens = new TokenService('s'.repeat(32), 3600, systemClock);
+    const jwt = await tokens.mintAgent('ag_x', 'tsk_x');
+    logger.info({ agent_id: 'ag_x' }, `agent output: curl -H 'Authorization: Bearer ${jwt}' http://localhost/mcp`);
+    logger.warn(`could not post: token ${jwt} refused`);
+    const text = log.lines.join('');
+    expect(log.lines).toHaveLength(2);
+    expect(text).not.toContain(jwt);
+    expect(text).not.toContain(jwt.split('.')[2]);
+    expect(JSON.parse(log.lines[0]!).msg).toBe("agent output: curl -H 'Authorization: Bearer [redacted-token]' http://localhost/mcp");
   });
 });
 

@@ -1,4 +1,4 @@
-import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readdirSync, readFileSync, statSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError, homePaths, loadConfig } from '../config.js';
 import { acquireHomeLock, HomeLockedError, type HomeLock } from '../events/home-lock.js';
@@ -34,6 +34,12 @@ export async function doctor(opts: { home?: string; repair?: boolean }): Promise
       if (!match) continue;
       files++;
       const file = path.join(paths.events, name);
+      if (!statSync(file).isFile()) {
+        // Not ours to repair: the operator moves it away.
+        problems++;
+        process.stdout.write(`${file}:0: not a regular file; move it out of events/\n`);
+        continue;
+      }
       const data = readFileSync(file);
       const state = emptyState();
       const scan = scanLog(data, match[1]!, (event) => reduce(state, event));

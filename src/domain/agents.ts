@@ -5,7 +5,7 @@ import { cascadeOrder, depthOfTeamLedBy } from '../registry/queries.js';
 import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
-import { assertAgentsPerTask, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
+import { assertAgentsPerTask, assertContentSize, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
 import { assemblePrompt, firstMessage } from './prompt.js';
 
 /**
@@ -216,6 +216,10 @@ export function createTeam(
   assertPlanTasks(ctx, 'roles', input.roles.length);
   assertTeamsPerLeader(ctx, caller);
   assertAgentsPerTask(ctx, caller.task_id, input.roles.length);
+  // The texts each member is handed (its first message and its prompt) are capped like a message.
+  assertContentSize(ctx.config, 'task', input.task);
+  for (const [i, role] of input.roles.entries()) assertContentSize(ctx.config, `roles[${i}].description`, role.description);
+  assertContentSize(ctx.config, 'rules', input.rules.join('\n'));
   // Each distinct skill is loaded once: a load reads and parses its SKILL.md.
   const bySkill = new Map<string, SkillSpec>();
   const loaded = input.roles.map((role, i) => {

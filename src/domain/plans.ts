@@ -7,7 +7,7 @@ import type { AgentRecord, PlanRecord, RegistryState } from '../registry/state.j
 import { agentDrafts, assertDepthAllowed, teamDrafts, type SkillSource } from './agents.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
-import { assertAgentsPerTask, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
+import { assertAgentsPerTask, assertContentSize, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
 
 /**
  * Plans: `declare_plan`, `remove_plan` and `spawn_agent` as decisions. The event log holds
@@ -46,6 +46,11 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
     });
   }
   assertPlanTasks(ctx, 'tasks', specs.length);
+  // A plan task's text becomes its agent's first message: capped like a message.
+  for (const [i, t] of specs.entries()) {
+    assertContentSize(ctx.config, `tasks[${i}].task`, t.task);
+    assertContentSize(ctx.config, `tasks[${i}].description`, t.description);
+  }
   const problem = validatePlanGraph(specs);
   if (problem) throw planGraphError(problem);
   // Each distinct skill is looked up once: a lookup scans the skills folders.

@@ -8,6 +8,7 @@ import {
   readdirSync,
   readFileSync,
   readSync,
+  statSync,
   write,
 } from 'node:fs';
 import path from 'node:path';
@@ -39,6 +40,18 @@ interface Waiter {
   reject: (err: Error) => void;
 }
 
+const emptyFile = (taskId: string, fd: number, size: number): TaskFile => ({
+  taskId,
+  fd,
+  offsets: [],
+  end: size,
+  durableEnd: size,
+  durableSeq: 0,
+  pendingLines: [],
+  pendingEvents: [],
+  quarantined: false,
+});
+
 const TASK_FILE = /^(.+)\.jsonl$/;
 
 /**
@@ -68,6 +81,12 @@ export class JsonlEventLog implements EventLog {
       if (!match) continue;
       const taskId = match[1]!;
       const filePath = path.join(this.dir, name);
+      if (!statSync(filePath).isFile()) {
+        // A folder (or a device) by a task file's name: that task cannot load, the rest can.
+        this.files.set(taskId, { ...emptyFile(taskId, -1, 0), quarantined: true });
+        report.quarantined.push({ taskId, file: filePath, line: 0, reason: 'not a regular file' });
+        continue;
+      }
       const file = this.openFile(taskId);
       const data = readFileSync(filePath);
       const scan = scanLog(data, taskId, onEvent);
@@ -100,7 +119,7 @@ export class JsonlEventLog implements EventLog {
     if (file) return file;
     const fd = openSync(path.join(this.dir, `${taskId}.jsonl`), 'a+');
     const size = fstatSync(fd).size;
-    file = { taskId, fd, offsets: [], end: size, durableEnd: size, durableSeq: 0, pendingLines: [], pendingEvents: [], quarantined: false };
+    file = emptyFile(taskId, fd, size);
     this.files.set(taskId, file);
     return file;
   }
@@ -273,7 +292,7 @@ export class JsonlEventLog implements EventLog {
     try {
       await this.flush();
     } finally {
-      for (const file of this.files.values()) closeSync(file.fd);
+      for (const file of this.files.values()) if (file.fd >= 0) closeSync(file.fd);
       this.files.clear();
     }
   }

@@ -39,6 +39,14 @@ export function buildApp(services: Services, auth: Authenticator, mcp: McpSessio
     });
   }
 
+  // No route reads a body on GET or HEAD: one that comes with a body ends its connection
+  // after the answer (the health check and the dashboard take no token).
+  app.use((req, res, next) => {
+    const declaresBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+    if (declaresBody && (req.method === 'GET' || req.method === 'HEAD')) closeIfBodyUnread(req, res);
+    next();
+  });
+
   // Claude Code probes OAuth discovery; a JSON 404 tells it this server uses bearer tokens.
   app.get(/^\/\.well-known\/oauth-(authorization-server|protected-resource)(\/.*)?$/, (_req, res) => {
     res.status(404).json({ error: 'not_found', message: 'this server does not use OAuth; send Authorization: Bearer <token>' });

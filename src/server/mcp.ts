@@ -131,12 +131,13 @@ export class McpSessions {
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
     onToolCall(server, async (request, extra): Promise<CallToolResult> => {
       const { services } = this;
-      const primitive = this.byName.get(request.params.name);
+      const name = request.params.name;
+      const primitive = typeof name === 'string' ? this.byName.get(name) : undefined;
       const caller = services.registry.agent(agentId);
       if (!primitive || !caller) {
         const error = !caller
           ? new DomainError('internal_error', 'the calling agent is no longer registered')
-          : new DomainError('invalid_input', `name: no tool named "${request.params.name}"`, { field: 'name' });
+          : new DomainError('invalid_input', `name: no tool named ${(JSON.stringify(name) ?? 'undefined').slice(0, 100)}`, { field: 'name' });
         return errorResult(error);
       }
       const progressToken = request.params._meta?.progressToken;

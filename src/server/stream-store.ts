@@ -33,6 +33,9 @@ interface Receipt {
   settle: (flushed: boolean) => void;
 }
 
+/** The SDK's id for a session's standalone GET stream. */
+const STANDALONE_STREAM = '_GET_stream';
+
 /** Stores whose events may age out; one timer prunes them all. */
 const live = new Set<SessionEventStore>();
 let pruner: NodeJS.Timeout | null = null;
@@ -67,7 +70,10 @@ export class SessionEventStore implements EventStore, ReplyTracker {
 
   async storeEvent(streamId: StreamId, message: JSONRPCMessage): Promise<EventId> {
     const eventId = `${streamId}_${++this.next}`;
-    if (this.closed) return eventId;
+    // The standalone GET stream carries only wake-up notifications, whose message stays in
+    // the inbox until it is read: nothing on it needs replaying, so nothing is kept (each
+    // arrival would otherwise cost a copy per open session).
+    if (this.closed || streamId === STANDALONE_STREAM) return eventId;
     const connection = requestConnection.getStore();
     // The priming event (empty) opens a resumable stream on the connection it goes out on.
     if (Object.keys(message).length === 0 && connection) {
