@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, removeHome, startTestServer, type TestServer } from './support/server.js';
+import { connectAgent, createTask, FakeClock, removeHome, startTestServer, type TestServer } from './support/server.js';
 import { until } from './support/poll.js';
 
 describe('MCP sessions', () => {
@@ -10,7 +10,10 @@ describe('MCP sessions', () => {
   });
 
   it('expires a Streamable HTTP session left idle with nothing open, and keeps one with an open stream', async () => {
-    ts = await startTestServer({ env: { BEIDOU_SESSION_IDLE_S: '0.3' } });
+    // The clock only moves when the test says so: however slow the machine, nothing
+    // expires before both sessions exist.
+    const clock = new FakeClock();
+    ts = await startTestServer({ env: { BEIDOU_SESSION_IDLE_S: '1' }, clock });
     const task = await createTask(ts);
     const headers = { authorization: `Bearer ${task.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
     // A bare client: initialize, and nothing left open.
@@ -24,6 +27,7 @@ describe('MCP sessions', () => {
     // The SDK client keeps a GET stream open: that session is in use and must stay.
     const sdk = await connectAgent(ts.url, task.token);
     expect(ts.server.mcpSessions()).toBe(2);
+    clock.advance(5);
     await until('the idle session to expire', () => (ts.server.mcpSessions() === 1 ? true : undefined), 5_000);
     const stale = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': sessionId }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }) });
     expect(stale.status).toBe(404);
