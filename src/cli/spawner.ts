@@ -46,7 +46,7 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
       const { claudePreflight } = await import('../spawner/preflight.js');
       const check = await claudePreflight(bin);
       if (!check.ok) throw new CliError(check.problem, 2);
-      logger.info({ version: check.version, credentials: check.credentials }, `Claude Code ${check.version}, credentials: ${check.credentials}`);
+      process.stdout.write(`preflight: ${bin} ${check.version}; credentials: ${check.credentials}\n`);
     }
     const { claudeAdapter } = await import('../spawner/adapters/claude.js');
     adapter = claudeAdapter({
