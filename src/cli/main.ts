@@ -20,8 +20,9 @@ program
   .option('--host <host>', 'interface to listen on (BEIDOU_HOST, default 127.0.0.1)')
   .option('--port <port>', 'port; 0 picks a free one (BEIDOU_PORT, default 7777)')
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
+  .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
   // Loaded on demand: client commands should not pay for the server's imports.
-  .action(async (opts: { host?: string; port?: string; home?: string }) => (await import('./serve.js')).serve(opts));
+  .action(async (opts: { host?: string; port?: string; home?: string; logFormat?: string }) => (await import('./serve.js')).serve(opts));
 
 const clientOptions = (cmd: Command) =>
   cmd
@@ -87,6 +88,8 @@ program
   .option('--permission-mode <mode>', 'Claude Code permission mode for agents', 'bypassPermissions')
   .option('--sandbox', 'set IS_SANDBOX=1 for Claude Code (needed for bypassPermissions as root)')
   .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
+  .option('--skip-preflight', 'start without checking that Claude Code runs and has credentials')
+  .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
   .action(async (opts) => (await import('./spawner.js')).spawner(opts));
 
 program

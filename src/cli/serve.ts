@@ -1,19 +1,22 @@
 import { ConfigError, loadConfig, type ConfigFlags } from '../config.js';
 import { HomeLockedError } from '../events/home-lock.js';
 import { startServer } from '../server/server.js';
+import { createLogger, resolveLogFormat, type LogFormat } from '../util/logger.js';
 
 /** `beidou serve`: start, print where it listens, stop cleanly on SIGINT/SIGTERM. */
-export async function serve(flags: ConfigFlags): Promise<void> {
+export async function serve(flags: ConfigFlags & { logFormat?: string }): Promise<void> {
   let config;
+  let format: LogFormat;
   try {
     config = loadConfig(flags);
+    format = resolveLogFormat(flags.logFormat);
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
-    throw err;
+    fail((err as Error).message, 2);
   }
   let server;
   try {
-    server = await startServer(config);
+    server = await startServer(config, { logger: createLogger(config.logLevel, undefined, format) });
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
     if (err instanceof HomeLockedError) fail(`${err.home} is in use by another beidou server (pid ${err.pid ?? 'unknown'}); one server per home`, 2);

@@ -1,6 +1,6 @@
 import os from 'node:os';
 import path from 'node:path';
-import { createLogger } from '../util/logger.js';
+import { createLogger, resolveLogFormat } from '../util/logger.js';
 import { commandAdapter } from '../spawner/adapters/command.js';
 import type { Adapter } from '../spawner/adapter.js';
 import { Spawner } from '../spawner/spawner.js';
@@ -18,6 +18,8 @@ export interface SpawnerCliOptions {
   permissionMode: string;
   sandbox?: boolean;
   claudeBin?: string;
+  skipPreflight?: boolean;
+  logFormat?: string;
 }
 
 /** `beidou spawner --server URL [--token T] [--adapter claude|command] ...` */
@@ -25,15 +27,30 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   const serverUrl = (opts.server ?? process.env.BEIDOU_SERVER ?? 'http://127.0.0.1:7777').replace(/\/+$/, '');
   const maxAgents = Number.parseInt(opts.maxAgents, 10);
   if (!Number.isInteger(maxAgents) || maxAgents < 1) throw new CliError('--max-agents must be a positive integer', 2);
-  const logger = createLogger();
+  let logger;
+  try {
+    logger = createLogger(undefined, undefined, resolveLogFormat(opts.logFormat));
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
   let adapter: Adapter;
   if (opts.adapter === 'command') {
     if (!opts.command) throw new CliError('--adapter command needs --command "CMD"', 2);
-    adapter = commandAdapter(opts.command, (agentId, line) => logger.info({ agent: agentId }, line));
+    adapter = commandAdapter(opts.command, {
+      line: (agentId, line) => logger.info({ agent: agentId }, line),
+      invalid: (agentId, line, problem) => logger.error({ agent: agentId, line }, `agent ${agentId} printed an event the server would refuse, not posted: ${problem}`),
+    });
   } else if (opts.adapter === 'claude') {
+    const bin = opts.claudeBin ?? process.env.BEIDOU_CLAUDE_BIN ?? 'claude';
+    if (!opts.skipPreflight) {
+      const { claudePreflight } = await import('../spawner/preflight.js');
+      const check = await claudePreflight(bin);
+      if (!check.ok) throw new CliError(check.problem, 2);
+      process.stdout.write(`preflight: ${bin} ${check.version}; credentials: ${check.credentials}\n`);
+    }
     const { claudeAdapter } = await import('../spawner/adapters/claude.js');
     adapter = claudeAdapter({
-      bin: opts.claudeBin ?? process.env.BEIDOU_CLAUDE_BIN ?? 'claude',
+      bin,
       permissionMode: opts.permissionMode,
       sandbox: Boolean(opts.sandbox),
       logger,

@@ -41,6 +41,13 @@ export const answerSchema = z.object({
  */
 export type InboxKind = 'message' | 'user' | 'system' | 'review_report' | 'termination_request' | 'question' | 'answer';
 
+/**
+ * Why an agent's process failed, as its spawner diagnosed it: its binary could not be run,
+ * Claude Code is not logged in, the model API answered an error, or it exited non-zero.
+ */
+export const AGENT_ERROR_REASONS = ['binary_missing', 'not_logged_in', 'api_error', 'exit_nonzero'] as const;
+export type AgentErrorReason = (typeof AGENT_ERROR_REASONS)[number];
+
 export const EVENT_FIELDS = {
   /** Standalone: a task and its root agent came into being. */
   task_created: z.object({
@@ -310,12 +317,14 @@ export const EVENT_FIELDS = {
     usage: z.record(z.string(), z.unknown()),
     model_usage: z.record(z.string(), z.unknown()),
   }),
+  /** An adapter failure; `reason` (absent in logs written before it existed) makes the agent's status `error`. */
   agent_error: z.object({
     caller_id: id,
     exception: z.string(),
     msg: z.string(),
     stderr: z.string(),
     stop_reason: z.string().optional(),
+    reason: z.enum(AGENT_ERROR_REASONS).optional(),
   }),
   agent_crashed: z.object({
     caller_id: id,

@@ -7,6 +7,8 @@ export function agentStatus(agent: AgentRecord): AgentStatus {
   if (agent.terminate_posted) return 'terminating';
   if (agent.review) return 'review_pending';
   if (agent.termination_request) return 'termination_requested';
+  // A reported failure stands until a message or a new process clears it (docs/spawner-protocol.md).
+  if (agent.error) return 'error';
   if (agent.running || !agent.launch) return 'active';
   if (agent.parked) return 'stopped';
   if (agent.spawner_id) return 'launching';

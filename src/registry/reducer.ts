@@ -110,6 +110,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         session_id: null,
         started: false,
         running: false,
+        error: null,
         open_tool_uses: new Set(),
         parked: false,
         cost_base: 0,
@@ -182,6 +183,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         agent.inbox_chars -= delivered.content.length;
         agent.delivered_count++;
       }
+      // A delivered message is the agent's next attempt: a reported failure no longer stands.
+      agent.error = null;
       // The server's own pings and nudges are not activity: they must not reset the ladder.
       if (e.from !== BEIDOU) touch(agent, e.ts);
       return;
@@ -375,6 +378,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       agent.spawner_id = e.spawner_id;
       agent.running = true;
       agent.parked = false;
+      agent.error = null;
       agent.open_tool_uses.clear();
       touch(agent, e.ts);
       return;
@@ -428,7 +432,12 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (agent) agent.stats.cost_usd = agent.cost_base + e.total_cost_usd;
       return;
     }
-    case 'agent_error':
+    case 'agent_error': {
+      // Without a reason (logs written before reasons existed) it changes nothing, as before.
+      const agent = state.agents.get(e.caller_id);
+      if (agent && e.reason) agent.error = { reason: e.reason, msg: e.msg, stderr: lastLines(e.stderr, 20), at: e.ts };
+      return;
+    }
     case 'agent_crashed':
     case 'contract_violation':
     case 'root_crash_escalation':
@@ -448,4 +457,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       void unhandled;
     }
   }
+}
+
+function lastLines(text: string, n: number): string {
+  return text.split('\n').slice(-n).join('\n');
 }

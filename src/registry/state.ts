@@ -1,4 +1,4 @@
-import type { InboxKind } from '../events/catalogue.js';
+import type { AgentErrorReason, InboxKind } from '../events/catalogue.js';
 import type { PlanTaskSpec, PlanTaskStatus } from './plan-graph.js';
 
 /**
@@ -70,6 +70,7 @@ export type AgentStatus =
   | 'waiting_for_spawner'
   | 'stopped'
   | 'active'
+  | 'error'
   | 'review_pending'
   | 'termination_requested'
   | 'terminating'
@@ -83,6 +84,14 @@ export interface PendingHandoff {
   pings: number;
   last_ping_at: number;
   escalated: boolean;
+}
+
+export interface AgentError {
+  reason: AgentErrorReason;
+  msg: string;
+  /** The last stderr lines the spawner sent with it (at most 20). */
+  stderr: string;
+  at: number;
 }
 
 export interface AgentRecord {
@@ -114,6 +123,8 @@ export interface AgentRecord {
   session_id: string | null;
   /** Whether the agent ever ran (a spawner started it, or it called a tool). */
   started: boolean;
+  /** The last failure its spawner reported (`agent_error` with a reason), until a message or a new process clears it. */
+  error: AgentError | null;
   /** Whether its process is running now (between agent_started and agent_completed / spawner.lost). */
   running: boolean;
   /** Tool uses its process started and has not finished (drained tool_called without tool_result). */

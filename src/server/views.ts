@@ -17,6 +17,7 @@ export function agentView(a: AgentRecord) {
     leader_id: a.leader_id,
     plan_task_id: a.plan_task_id,
     status: agentStatus(a),
+    error: a.error ? { ...a.error } : null,
     leads: [...a.leads],
     inbox_depth: a.inbox.size,
     messages_sent: a.sent_count,

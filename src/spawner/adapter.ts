@@ -1,6 +1,14 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import type { AgentErrorReason } from '../events/catalogue.js';
 import type { DrainedEvent, LaunchCommand } from '../protocol/spawner.js';
+
+/** What went wrong with an agent's process, as an adapter diagnosed it. */
+export interface AgentFailure {
+  reason: AgentErrorReason;
+  /** One line, for a person: what happened and, where we know it, what to do. */
+  msg: string;
+}
 
 
 export interface StartSpec {
@@ -27,6 +35,8 @@ export interface AgentProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** The last lines it wrote to stderr (at most 200). */
   stderrTail(): string;
+  /** What the adapter learnt went wrong (the binary could not run, an error result), if anything. */
+  failure(): AgentFailure | null;
 }
 
 export interface AdapterHooks {
@@ -36,6 +46,26 @@ export interface AdapterHooks {
   onSession(sessionId: string): void;
   /** A turn ended cleanly: crash strikes reset. */
   onCleanTurn(): void;
+}
+
+/**
+ * Why a process that exited non-zero (or was killed) failed: what its adapter saw first
+ * (a spawn error, an error result), else a shell's "command not found" (exit 127), else
+ * the exit itself, with its last stderr line.
+ */
+export function exitFailure(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): AgentFailure {
+  const known = proc.failure();
+  if (known) return known;
+  const lines = proc.stderrTail().split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
+  const last = lines.at(-1) ?? '';
+  if (exit.code === 127 && /not found|No such file/i.test(last)) return { reason: 'binary_missing', msg: `command not found: ${last}` };
+  const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
+  return { reason: 'exit_nonzero', msg: last ? `${how}: ${last}` : `${how} (nothing on stderr)` };
+}
+
+/** The one line a person reads about an agent's failure. */
+export function failureLine(launch: LaunchCommand, failure: AgentFailure): string {
+  return `agent ${launch.name} (${launch.agent_id}) failed [${failure.reason}]: ${failure.msg}`;
 }
 
 export interface Adapter {
@@ -72,14 +102,21 @@ export class LineRing {
 export function wrapChild(
   child: ChildProcessWithoutNullStreams,
   onLine: (line: string) => void,
-): Omit<AgentProcess, 'deliver'> & { writeLine: (line: string) => void } {
+  bin = 'the agent command',
+): Omit<AgentProcess, 'deliver'> & { writeLine: (line: string) => void; setFailure: (f: AgentFailure | null) => void } {
   const stderr = new LineRing();
+  let failure: AgentFailure | null = null;
   child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
   createInterface({ input: child.stdout }).on('line', onLine);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once('close', (code, signal) => resolve({ code, signal }));
     child.once('error', (err) => {
       stderr.push(`${err.message}\n`);
+      const code = (err as NodeJS.ErrnoException).code;
+      failure =
+        code === 'ENOENT' || code === 'EACCES'
+          ? { reason: 'binary_missing', msg: `cannot run ${bin} (${err.message}); install it or point the spawner at it` }
+          : { reason: 'exit_nonzero', msg: `could not start ${bin}: ${err.message}` };
       resolve({ code: 127, signal: null });
     });
   });
@@ -101,6 +138,11 @@ export function wrapChild(
     },
     exited,
     stderrTail: () => stderr.text(),
+    failure: () => failure,
+    // The latest diagnosis (null after a clean turn): a later exit is its consequence.
+    setFailure: (f) => {
+      failure = f;
+    },
   };
 }
 

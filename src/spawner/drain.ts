@@ -1,3 +1,4 @@
+import { EVENT_FIELDS, SPAWNER_EVENTS, type AgentErrorReason } from '../events/catalogue.js';
 import type { DrainedEvent } from '../protocol/spawner.js';
 
 /**
@@ -39,6 +40,10 @@ interface StreamLine {
   modelUsage?: Record<string, unknown>;
   model_usage?: Record<string, unknown>;
   is_error?: boolean;
+  result?: unknown;
+  errors?: unknown;
+  /** On an assistant line Claude Code made up itself: `authentication_failed`, `rate_limit`, … */
+  error?: string;
 }
 
 export interface DrainOutput {
@@ -46,7 +51,12 @@ export interface DrainOutput {
   sessionId?: string;
   /** A `result` line: the turn is over. `clean` unless the result is an error. */
   turnEnded?: { clean: boolean };
+  /** The turn ended in an error result: Claude Code is not logged in, or the API refused. */
+  failure?: { reason: AgentErrorReason; detail: string };
 }
+
+/** What Claude Code says when it has no usable credentials. */
+const NOT_LOGGED_IN = /not logged in|please run \/login|authentication_failed|invalid api key|oauth token (has )?expired|authentication required/i;
 
 const isBlock = (b: unknown): b is ContentBlock => b !== null && typeof b === 'object';
 
@@ -65,7 +75,18 @@ export class StreamJsonDrain {
   private readonly seenUsage = new Set<string>();
   private readonly pendingTools = new Map<string, number>();
 
+  /** The `error` of the last assistant line Claude Code made up (cleared at each result). */
+  private lastError: string | null = null;
+
   constructor(private readonly now: () => number = () => performance.now()) {}
+
+  private failureOf(msg: StreamLine): { reason: AgentErrorReason; detail: string } {
+    const text = typeof msg.result === 'string' && msg.result.length > 0 ? msg.result : Array.isArray(msg.errors) ? msg.errors.join('; ') : (msg.subtype ?? 'error');
+    const kind = this.lastError;
+    this.lastError = null;
+    const reason: AgentErrorReason = kind === 'authentication_failed' || NOT_LOGGED_IN.test(text) ? 'not_logged_in' : 'api_error';
+    return { reason, detail: truncate(text.replace(/\s+/g, ' ').trim(), 500) };
+  }
 
   /** One line of stdout; non-JSON lines produce nothing. */
   line(raw: string): DrainOutput {
@@ -81,6 +102,7 @@ export class StreamJsonDrain {
       case 'system':
         return msg.subtype === 'init' && msg.session_id ? { events: [], sessionId: msg.session_id } : { events: [] };
       case 'assistant':
+        if (typeof msg.error === 'string') this.lastError = msg.error;
         return { events: this.assistant(msg) };
       case 'user':
         return { events: this.toolResults(msg) };
@@ -99,6 +121,7 @@ export class StreamJsonDrain {
           ],
           turnEnded: { clean: msg.subtype === 'success' && msg.is_error !== true },
           ...(msg.session_id ? { sessionId: msg.session_id } : {}),
+          ...(msg.is_error === true ? { failure: this.failureOf(msg) } : {}),
         };
       default:
         return { events: [] };
@@ -158,4 +181,29 @@ export class StreamJsonDrain {
     }
     return out;
   }
+}
+
+/**
+ * A drained event checked as the server will check it (EVENT_FIELDS, the agent's identity
+ * filled in from the route): null if it will be taken, else `field: what is wrong`. One bad
+ * line must not make the server refuse the batch it would travel in.
+ */
+export function drainedEventProblem(raw: Record<string, unknown>): string | null {
+  const name = raw.event;
+  if (typeof name !== 'string' || !(SPAWNER_EVENTS as readonly string[]).includes(name)) {
+    return `event: must be one of ${SPAWNER_EVENTS.join(', ')} (got ${JSON.stringify(name)})`;
+  }
+  const schema = EVENT_FIELDS[name as (typeof SPAWNER_EVENTS)[number]];
+  const identity =
+    name === 'terminate.forced'
+      ? { agent_id: 'x', caller_id: 'watchdog', reason: 'watchdog_grace', team_id: null }
+      : 'agent_id' in schema.shape
+        ? { agent_id: 'x' }
+        : { caller_id: 'x' };
+  const parsed = schema.safeParse({ ...raw, ...identity });
+  if (parsed.success) return null;
+  const issue = parsed.error.issues[0]!;
+  const field = issue.path.map(String).join('.') || '(event)';
+  const value = issue.path.reduce<unknown>((v, k) => (v !== null && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[k] : undefined), raw);
+  return value === undefined ? `${field}: required` : `${field}: ${issue.message}`;
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { AckBody, DeliverCommand, DrainedEvent, LaunchCommand, StartedBody } from '../protocol/spawner.js';
-import type { Adapter, AgentProcess } from './adapter.js';
+import { exitFailure, failureLine, type Adapter, type AgentProcess } from './adapter.js';
 
 /** Consecutive strikes before the spawner stops resuming an agent (docs/spawner-protocol.md). */
 const STRIKES = 3;
@@ -212,9 +212,10 @@ export class Supervisor {
     const strike = this.crashStrikes;
     const stderr = proc.stderrTail();
     const msg = exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`;
-    log.warn({ agent: this.id, strike, msg }, 'agent crashed');
+    const failure = exitFailure(proc, exit);
+    log.error({ agent: this.id, strike, reason: failure.reason }, `${failureLine(this.launch, failure)} (strike ${strike} of ${STRIKES})`);
     await this.report([
-      { event: 'agent_error', exception: 'ProcessExit', msg, stderr } as DrainedEvent,
+      { event: 'agent_error', exception: 'ProcessExit', msg: failure.msg, stderr, reason: failure.reason } as DrainedEvent,
       { event: 'agent_crashed', exception: 'ProcessExit', msg, strike_count: strike, stderr } as DrainedEvent,
     ]);
     if (strike < STRIKES) {

@@ -1,4 +1,20 @@
 import { pino, type DestinationStream, type Logger } from 'pino';
+import pinoPretty from 'pino-pretty';
+
+/** `pretty`: one readable line per entry (for a person at a terminal); `json`: one JSON object per line. */
+export type LogFormat = 'json' | 'pretty';
+export const LOG_FORMATS: readonly LogFormat[] = ['json', 'pretty'];
+
+/**
+ * `--log-format`, else `BEIDOU_LOG_FORMAT`, else pretty on a terminal and JSON otherwise
+ * (a file, a pipe, a log collector). Throws on a value that is neither.
+ */
+export function resolveLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, isTTY = Boolean(process.stderr.isTTY)): LogFormat {
+  const wanted = flag ?? (env.BEIDOU_LOG_FORMAT || undefined);
+  if (wanted === undefined) return isTTY ? 'pretty' : 'json';
+  if (!(LOG_FORMATS as readonly string[]).includes(wanted)) throw new Error(`invalid --log-format / BEIDOU_LOG_FORMAT: must be json or pretty (got "${wanted}")`);
+  return wanted as LogFormat;
+}
 
 /**
  * Credentials never reach a log line, whatever level: authorization headers and every
@@ -31,8 +47,24 @@ export function scrubTokens(text: string): string {
   return text.replace(JWT, '[redacted-token]');
 }
 
-/** Logs of the process itself (not events) go to stderr through pino, or to `destination`. */
-export function createLogger(level: string = process.env.BEIDOU_LOG_LEVEL ?? 'info', destination?: DestinationStream): Logger {
+/**
+ * Logs of the process itself (not events) go to stderr through pino, or to `destination`.
+ * Redaction happens before formatting, so both formats hide the same things. The pretty
+ * format is a plain stream in this thread (no transport worker), written synchronously, so
+ * nothing is lost when the process exits.
+ */
+export function createLogger(level: string = process.env.BEIDOU_LOG_LEVEL ?? 'info', destination?: DestinationStream, format: LogFormat = 'json'): Logger {
+  const out =
+    format === 'pretty'
+      ? pinoPretty({
+          destination: destination ?? 2,
+          sync: true,
+          singleLine: true,
+          colorize: destination === undefined && Boolean(process.stderr.isTTY),
+          translateTime: 'SYS:HH:MM:ss',
+          ignore: 'pid,hostname,name',
+        })
+      : (destination ?? pino.destination({ fd: 2, sync: false }));
   return pino(
     {
       level,
@@ -46,7 +78,7 @@ export function createLogger(level: string = process.env.BEIDOU_LOG_LEVEL ?? 'in
         },
       },
     },
-    destination ?? pino.destination({ fd: 2, sync: false }),
+    out,
   );
 }
 

@@ -4,9 +4,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
-import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
-import { agentEnvironment, wrapChild } from '../adapter.js';
+import type { Adapter, AdapterHooks, AgentFailure, AgentProcess, StartSpec } from '../adapter.js';
+import { agentEnvironment, failureLine, wrapChild } from '../adapter.js';
 import { StreamJsonDrain } from '../drain.js';
+import type { DrainedEvent } from '../../protocol/spawner.js';
 
 /** Tools that compete with Beidou primitives, removed at launch (the hook is the second layer). */
 export const DISALLOWED_TOOLS = ['SendMessage', 'TodoWrite', 'AskUserQuestion'];
@@ -72,6 +73,13 @@ export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings
   return args;
 }
 
+function resultFailure(f: { reason: AgentFailure['reason']; detail: string }): AgentFailure {
+  if (f.reason === 'not_logged_in') {
+    return { reason: f.reason, msg: `Claude Code is not logged in ("${f.detail}"): run claude and /login as the spawner's user, or set ANTHROPIC_API_KEY for the spawner` };
+  }
+  return { reason: f.reason, msg: `the model API answered an error: ${f.detail}` };
+}
+
 const userTurn = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } });
 
 /**
@@ -107,12 +115,27 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
         }),
       });
       const drain = new StreamJsonDrain();
-      const { writeLine, ...proc } = wrapChild(child, (line) => {
-        const out = drain.line(line);
-        if (out.sessionId) hooks.onSession(out.sessionId);
-        for (const event of out.events) hooks.onEvent(event);
-        if (out.turnEnded?.clean) hooks.onCleanTurn();
-      });
+      const { writeLine, setFailure, ...proc } = wrapChild(
+        child,
+        (line) => {
+          const out = drain.line(line);
+          if (out.sessionId) hooks.onSession(out.sessionId);
+          for (const event of out.events) hooks.onEvent(event);
+          if (out.turnEnded?.clean) {
+            setFailure(null);
+            hooks.onCleanTurn();
+          }
+          // Claude Code stays up after an error result, waiting for the next turn: the
+          // failure is reported now, not when (if ever) the process exits.
+          if (out.failure) {
+            const failure = resultFailure(out.failure);
+            setFailure(failure);
+            opts.logger.error({ agent: spec.launch.agent_id, reason: failure.reason }, failureLine(spec.launch, failure));
+            hooks.onEvent({ event: 'agent_error', exception: 'ErrorResult', msg: failure.msg, stderr: proc.stderrTail(), reason: failure.reason } as DrainedEvent);
+          }
+        },
+        opts.bin,
+      );
       const write = (text: string) => writeLine(userTurn(text));
       if (!spec.resume) write(spec.launch.first_message);
       else if (spec.nudge) write(spec.nudge);

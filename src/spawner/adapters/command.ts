@@ -2,14 +2,23 @@ import { spawn } from 'node:child_process';
 import type { DrainedEvent } from '../../protocol/spawner.js';
 import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
 import { agentEnvironment, wrapChild } from '../adapter.js';
+import { drainedEventProblem } from '../drain.js';
+
+export interface CommandAdapterOutput {
+  /** A line of the agent's own output (not an event). */
+  line(agentId: string, line: string): void;
+  /** An event line the server would refuse: `problem` names the field. It is not posted. */
+  invalid(agentId: string, line: string, problem: string): void;
+}
 
 /**
  * The `command` adapter (docs/spawner-protocol.md): any command line, through a shell. The agent learns who
  * it is from its environment, reads its inbox as JSON lines on stdin (closed when it is
  * terminated), and may print JSON objects with an `event` field on stdout to report events;
- * any other output is logged. Each event line also counts as a clean turn.
+ * any other output is logged. Each valid event line also counts as a clean turn; an invalid
+ * one (an unknown event, a missing or wrong field) is printed with the field and dropped.
  */
-export function commandAdapter(command: string, log: (agentId: string, line: string) => void): Adapter {
+export function commandAdapter(command: string, out: CommandAdapterOutput): Adapter {
   return {
     name: 'command',
     start(spec: StartSpec, hooks: AdapterHooks): AgentProcess {
@@ -34,12 +43,18 @@ export function commandAdapter(command: string, log: (agentId: string, line: str
         }),
       });
       hooks.onSession(spec.sessionId);
-      const { writeLine, ...proc } = wrapChild(child, (line) => {
-        const event = parseEventLine(line);
-        if (!event) return log(launch.agent_id, line);
-        hooks.onEvent(event);
-        hooks.onCleanTurn();
-      });
+      const { writeLine, ...proc } = wrapChild(
+        child,
+        (line) => {
+          const event = parseEventLine(line);
+          if (!event) return out.line(launch.agent_id, line);
+          const problem = drainedEventProblem(event);
+          if (problem) return out.invalid(launch.agent_id, line, problem);
+          hooks.onEvent(event);
+          hooks.onCleanTurn();
+        },
+        command,
+      );
       const write = (obj: unknown) => writeLine(JSON.stringify(obj));
       if (spec.nudge) write({ message_id: `nudge-${Date.now()}`, from: 'beidou', from_name: 'beidou', kind: 'system', content: spec.nudge });
       return { ...proc, deliver: (message) => write(message) };
