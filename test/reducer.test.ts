@@ -932,6 +932,30 @@ describe('agent lifecycle', () => {
     expect(state.agents.has('ag_ghost')).toBe(false);
   });
 
+  it('counts strikes from agent_crashed and contract_violation, across spawners; a clean turn or an escalation resets them', () => {
+    const { log, state } = launched();
+    const a = agentOf(state, 'ag_a');
+    expect(a).toMatchObject({ crash_strikes: 0, contract_strikes: 0 });
+    const crash = (strike_count: number) => log.ev('agent_crashed', { caller_id: 'ag_a', exception: 'ProcessExit', msg: 'exited with code 1', strike_count, stderr: '' });
+    apply(state, log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's-1', false)), crash(1));
+    expect(a).toMatchObject({ crash_strikes: 1, session_id: 's-1' });
+    // Another spawner takes over: the count is the agent's, not sp_1's.
+    apply(state, log.ev('spawner.lost', { spawner_id: 'sp_1', agent_ids: ['ag_a'] }), log.ev('agent_started', agentStarted('ag_a', 'sp_2', 's-1', true)));
+    expect(a.crash_strikes).toBe(1);
+    // The second strike forgets the session: the next start, wherever it happens, is afresh.
+    reduce(state, crash(2));
+    expect(a).toMatchObject({ crash_strikes: 2, session_id: null });
+    reduce(state, log.ev('agent_started', agentStarted('ag_a', 'sp_2', 's-2', false)));
+    expect(a.session_id).toBe('s-2');
+    reduce(state, log.ev('contract_violation', { agent_id: 'ag_a', strike_count: 1, action: 'resumed' }));
+    expect(a).toMatchObject({ crash_strikes: 2, contract_strikes: 1 });
+    reduce(state, log.ev('strikes.reset', { agent_id: 'ag_a' }));
+    expect(a).toMatchObject({ crash_strikes: 0, contract_strikes: 0 });
+    // Strike 3 escalates: the agent is parked and a later relaunch counts from zero again.
+    apply(state, crash(1), crash(2), crash(3), log.ev('agent_completed', { agent_id: 'ag_a', terminated: false, stop_reason: 'crash_escalated' }));
+    expect(a).toMatchObject({ parked: true, crash_strikes: 0, contract_strikes: 0 });
+  });
+
   it('terminate.posted marks the target and is activity of the caller; terminate.consumed ends it', () => {
     const { log, state } = launched();
     apply(

@@ -39,8 +39,13 @@ export function schedulable(state: RegistryState, a: AgentRecord): boolean {
   return !a.parked || a.inbox.size > 0;
 }
 
+/** Whether a launch continues the agent's session: it ran before and has one (a second crash strike forgets it). */
+export function resumable(agent: AgentRecord): boolean {
+  return agent.started && agent.session_id !== null;
+}
+
 export function launchAssigned(agent: AgentRecord, spawnerId: string): EventDraft {
-  const resume = agent.started;
+  const resume = resumable(agent);
   return { event: 'launch.assigned', task_id: agent.task_id, agent_id: agent.agent_id, spawner_id: spawnerId, resume, session_id: resume ? agent.session_id : null };
 }
 

@@ -343,6 +343,8 @@ export const EVENT_FIELDS = {
     strike_count: z.number().int().min(1),
     action: z.enum(['resumed', 'escalated_to_leader', 'escalated_to_user']),
   }),
+  /** A clean turn after strikes: the agent's crash and contract-violation strikes start again from zero. */
+  'strikes.reset': z.object({ agent_id: id }),
   root_crash_escalation: z.object({ agent_id: id, crash_strikes: z.number().int(), stderr: z.string() }),
   config_warning: z.object({ agent_id: id, skill: z.string(), warning: z.string() }),
   // ---- from `beidou hook` ----
@@ -385,6 +387,7 @@ export const SPAWNER_EVENTS = [
   'agent_crashed',
   'agent_completed',
   'contract_violation',
+  'strikes.reset',
   'root_crash_escalation',
   'config_warning',
   'terminate.forced',

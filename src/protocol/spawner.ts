@@ -40,6 +40,14 @@ export interface LaunchCommand {
   is_root: boolean;
   resume: boolean;
   session_id: string | null;
+  /**
+   * The agent's strikes so far, reduced by the server from `agent_crashed` and
+   * `contract_violation` (reset on a clean turn): a supervisor continues them rather than
+   * starting from zero, so moving an agent to another spawner does not forgive its crashes.
+   * Absent from an older server: zero.
+   */
+  crash_strikes?: number;
+  contract_strikes?: number;
 }
 
 export interface DeliverCommand {
@@ -60,14 +68,40 @@ export interface TerminateCommand {
   agent_id: string;
 }
 
+/**
+ * The spawner runs a process for an agent that is not its own any more (terminated, or given
+ * to another spawner): kill it and report nothing (there is nothing to acknowledge).
+ */
+export interface StopCommand {
+  type: 'stop';
+  agent_id: string;
+  reason: 'terminated' | 'reassigned' | 'unknown_agent';
+}
+
 /** What the server sends on the command stream (SSE event `command`, JSON data). */
-export type SpawnerCommand = HelloCommand | LaunchCommand | DeliverCommand | TerminateCommand;
+export type SpawnerCommand = HelloCommand | LaunchCommand | DeliverCommand | TerminateCommand | StopCommand;
 
 /** GET /stream query: how many agents this spawner takes, and a display name. */
 export const streamQuery = z.object({
   max_agents: z.coerce.number().int().min(1).max(10_000).default(16),
   name: z.string().max(200).default(''),
 });
+
+/** One agent process a spawner really runs, as its heartbeat reports it (`pid` null: between two processes). */
+export const runningAgent = z.strictObject({
+  agent_id: z.string().min(1).max(200),
+  pid: z.number().int().positive().nullable(),
+  session_id: z.string().max(200).nullable(),
+});
+export type RunningAgent = z.infer<typeof runningAgent>;
+
+/**
+ * POST /heartbeat: keeps the spawner's agents assigned to it and, when `agents` is present,
+ * reports what it runs so the server reconciles its registry with it. `{}` (an older
+ * spawner) only beats.
+ */
+export const heartbeatBody = z.strictObject({ agents: z.array(runningAgent).max(10_000).optional() });
+export type HeartbeatBody = z.input<typeof heartbeatBody>;
 
 /** POST /ack: a delivery written into its agent, or a terminated agent's process ended. */
 export const ackBody = z.strictObject({

@@ -112,6 +112,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         running: false,
         error: null,
         open_tool_uses: new Set(),
+        crash_strikes: 0,
+        contract_strikes: 0,
         parked: false,
         cost_base: 0,
         active_plan_id: null,
@@ -398,6 +400,31 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         agent.parked = true;
         agent.spawner_id = null;
       }
+      // Escalated: someone was told; a relaunch (a message to it) starts a new count.
+      if (e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') {
+        agent.crash_strikes = 0;
+        agent.contract_strikes = 0;
+      }
+      return;
+    }
+    case 'agent_crashed': {
+      const agent = state.agents.get(e.caller_id);
+      if (!agent) return;
+      agent.crash_strikes = e.strike_count;
+      // The second strike restarts afresh: its session is not resumed again, by any spawner.
+      if (e.strike_count === 2) agent.session_id = null;
+      return;
+    }
+    case 'contract_violation': {
+      const agent = state.agents.get(e.agent_id);
+      if (agent) agent.contract_strikes = e.strike_count;
+      return;
+    }
+    case 'strikes.reset': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      agent.crash_strikes = 0;
+      agent.contract_strikes = 0;
       return;
     }
     case 'turn.usage': {
@@ -438,8 +465,6 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (agent && e.reason) agent.error = { reason: e.reason, msg: e.msg, stderr: lastLines(e.stderr, 20), at: e.ts };
       return;
     }
-    case 'agent_crashed':
-    case 'contract_violation':
     case 'root_crash_escalation':
     case 'config_warning':
     case 'ask_user_question.redirected':

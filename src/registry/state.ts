@@ -129,6 +129,13 @@ export interface AgentRecord {
   running: boolean;
   /** Tool uses its process started and has not finished (drained tool_called without tool_result). */
   open_tool_uses: Set<string>;
+  /**
+   * Consecutive crashes and clean exits nobody asked for, reduced from `agent_crashed` /
+   * `contract_violation` (reset by `strikes.reset` and by an escalation): sent with each
+   * launch so whichever spawner runs the agent continues the count.
+   */
+  crash_strikes: number;
+  contract_strikes: number;
   /** The spawner gave up on it (strikes exhausted): relaunched only when a message arrives. */
   parked: boolean;
   /** Cost of the agent's earlier sessions; run.cost reports a session's cumulative total. */

@@ -4,7 +4,7 @@ import { zodToInvalidInput } from '../domain/errors.js';
 import { NotYourAgent } from '../domain/spawners.js';
 import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../events/catalogue.js';
 import { UnstorableEventError } from '../events/log.js';
-import { ackBody, eventsBody, INSTANCE_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
+import { ackBody, eventsBody, heartbeatBody, INSTANCE_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
 import { jsonBody } from './body.js';
@@ -58,8 +58,10 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     spawners.connect(id, name || id, max_agents, send, end);
   });
 
-  api.post('/heartbeat', (req, res) => {
-    spawners.heartbeat(spawnerId(req));
+  api.post('/heartbeat', async (req, res) => {
+    // An older spawner posts `{}` (or nothing): a beat without a report.
+    const body = parseOr400(heartbeatBody, req.body ?? {});
+    await spawners.heartbeat(spawnerId(req), body.agents);
     res.json({ ok: true });
   });
 

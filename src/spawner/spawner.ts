@@ -4,8 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { createParser } from 'eventsource-parser';
 import type { Logger } from 'pino';
-import { INSTANCE_HEADER, SPAWNER_API, type AckBody, type DrainedEvent, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
+import { INSTANCE_HEADER, SPAWNER_API, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
+import { reaped, Reaper } from './reaper.js';
 import { Supervisor, type SupervisorHost } from './supervisor.js';
 
 export interface SpawnerOptions {
@@ -39,7 +40,13 @@ export class Spawner implements SupervisorHost {
   /** Resolves each time the server's hello arrives (tests and the demo wait on it). */
   onHello: (() => void) | null = null;
 
-  constructor(readonly opts: SpawnerOptions) {}
+  /** Ends this spawner's agents if it dies without stopping them (reaper.ts). */
+  private readonly reaper = new Reaper();
+  private readonly reapedAdapter: Adapter;
+
+  constructor(readonly opts: SpawnerOptions) {
+    this.reapedAdapter = reaped(opts.adapter, this.reaper);
+  }
 
   get log(): Logger {
     return this.opts.logger;
@@ -50,7 +57,7 @@ export class Spawner implements SupervisorHost {
   }
 
   get adapter(): Adapter {
-    return this.opts.adapter;
+    return this.reapedAdapter;
   }
 
   get grace(): number {
@@ -59,6 +66,7 @@ export class Spawner implements SupervisorHost {
 
   /** Connects and keeps reconnecting until stopped. */
   async run(): Promise<void> {
+    this.reaper.start((err) => this.log.warn({ err: err.message }, 'no reaper: agents rely on their stdin closing if this spawner dies'));
     let backoff = 250;
     while (!this.stopping.signal.aborted) {
       try {
@@ -115,6 +123,16 @@ export class Spawner implements SupervisorHost {
         this.onHello?.();
         return;
       }
+      case 'stop': {
+        // Not ours any more (terminated, or running elsewhere): end it and report nothing.
+        const sup = this.agents.get(command.agent_id);
+        if (!sup) return;
+        this.log.warn({ agent: command.agent_id, reason: command.reason }, 'the server says this agent is not ours; ending it here');
+        sup.abandon();
+        this.agents.delete(command.agent_id);
+        if (command.reason === 'terminated') this.ended.add(command.agent_id);
+        return;
+      }
       case 'launch': {
         if (this.agents.has(command.agent_id) || this.ended.has(command.agent_id)) return; // a resend, or too late
         const sup = new Supervisor(this, command);
@@ -141,12 +159,13 @@ export class Spawner implements SupervisorHost {
 
   private startHeartbeat(): void {
     if (this.heartbeat) clearInterval(this.heartbeat);
-    const beat = () => void this.post('/heartbeat', {}).catch((err: unknown) => this.log.warn({ err: (err as Error).message }, 'heartbeat failed'));
+    // Each beat reports what this spawner really runs; the first follows the hello at once.
+    const beat = () => void this.post('/heartbeat', { agents: [...this.agents.values()].map((sup) => sup.running()) }).catch((err: unknown) => this.log.warn({ err: (err as Error).message }, 'heartbeat failed'));
     beat();
     this.heartbeat = setInterval(beat, this.heartbeatS * 1000);
   }
 
-  async post(route: string, body: AckBody | StartedBody | { events: DrainedEvent[] } | Record<string, never>): Promise<void> {
+  async post(route: string, body: AckBody | StartedBody | HeartbeatBody | { events: DrainedEvent[] }): Promise<void> {
     const res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
       method: 'POST',
       headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json', [INSTANCE_HEADER]: this.instance },
@@ -178,5 +197,6 @@ export class Spawner implements SupervisorHost {
     if (this.heartbeat) clearInterval(this.heartbeat);
     for (const sup of this.agents.values()) sup.abandon();
     this.agents.clear();
+    this.reaper.stop();
   }
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { AckBody, DeliverCommand, DrainedEvent, LaunchCommand, StartedBody } from '../protocol/spawner.js';
+import type { AckBody, DeliverCommand, DrainedEvent, LaunchCommand, RunningAgent, StartedBody } from '../protocol/spawner.js';
 import { exitFailure, failureLine, type Adapter, type AgentProcess } from './adapter.js';
 
 /** Consecutive strikes before the spawner stops resuming an agent (docs/spawner-protocol.md). */
@@ -52,10 +52,27 @@ export class Supervisor {
   constructor(
     private readonly spawner: SupervisorHost,
     private launch: LaunchCommand,
-  ) {}
+  ) {
+    // The server's counts (reduced from the events), so a move to this spawner forgives nothing.
+    this.crashStrikes = launch.crash_strikes ?? 0;
+    this.contractStrikes = launch.contract_strikes ?? 0;
+  }
 
   private get id(): string {
     return this.launch.agent_id;
+  }
+
+  /** For the heartbeat's report: the process it runs now (pid null between two processes). */
+  running(): RunningAgent {
+    return { agent_id: this.id, pid: this.proc?.pid ?? null, session_id: this.sessionId || null };
+  }
+
+  /** A clean turn: strikes start again, and the server's count with them (once, not every turn). */
+  private cleanTurn(): void {
+    if (this.crashStrikes === 0 && this.contractStrikes === 0) return;
+    this.crashStrikes = 0;
+    this.contractStrikes = 0;
+    void this.report([{ event: 'strikes.reset' } as DrainedEvent]);
   }
 
   private report(events: DrainedEvent[]): Promise<void> {
@@ -81,10 +98,7 @@ export class Supervisor {
       {
         onEvent: (event) => void this.report([event]),
         onSession: (id) => (this.sessionId = id),
-        onCleanTurn: () => {
-          this.crashStrikes = 0;
-          this.contractStrikes = 0;
-        },
+        onCleanTurn: () => this.cleanTurn(),
       },
     );
     this.proc = proc;

@@ -28,9 +28,10 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startTestServer(opts: { home?: string; env?: Record<string, string>; clock?: Clock; logger?: Logger } = {}): Promise<TestServer> {
+/** `port`: a restart on the same home and port (0, the default: a free one). */
+export async function startTestServer(opts: { home?: string; port?: number; env?: Record<string, string>; clock?: Clock; logger?: Logger } = {}): Promise<TestServer> {
   const home = opts.home ?? tempHome();
-  const config = loadConfig({ port: '0', home }, { ...opts.env });
+  const config = loadConfig({ port: String(opts.port ?? 0), home }, { ...opts.env });
   const server = await startServer(config, { logger: opts.logger ?? pino({ level: 'silent' }), ...(opts.clock ? { clock: opts.clock } : {}) });
   const api = async (method: string, route: string, body?: unknown, token = server.adminToken) => {
     const res = await fetch(`${server.url}/api${route}`, {

@@ -1,7 +1,7 @@
 import { agentStatus } from '../../registry/queries.js';
 import type { RegistryState } from '../../registry/state.js';
 import { agentsOf } from '../../domain/spawners.js';
-import type { SpawnerCommand } from '../../protocol/spawner.js';
+import type { RunningAgent, SpawnerCommand } from '../../protocol/spawner.js';
 import type { Clock } from '../../util/clock.js';
 
 export interface Connection {
@@ -24,6 +24,8 @@ export class SpawnerConnections {
   private readonly open = new Map<string, Connection>();
   /** Last heartbeat of each spawner that holds or held agents, in clock seconds. */
   private readonly lastBeat = new Map<string, number>();
+  /** What each spawner last reported running (agent → pid), for the admin view. */
+  private readonly reported = new Map<string, Map<string, number | null>>();
 
   constructor(
     private readonly clock: Clock,
@@ -54,6 +56,10 @@ export class SpawnerConnections {
     this.lastBeat.set(spawnerId, this.clock.now());
   }
 
+  report(spawnerId: string, agents: readonly RunningAgent[]): void {
+    this.reported.set(spawnerId, new Map(agents.map((a) => [a.agent_id, a.pid])));
+  }
+
   get(spawnerId: string | null): Connection | undefined {
     return spawnerId ? this.open.get(spawnerId) : undefined;
   }
@@ -76,6 +82,7 @@ export class SpawnerConnections {
     const beat = this.lastBeat.get(spawnerId);
     if (beat === undefined || now - beat <= MISSED_BEATS * this.heartbeatS) return false;
     this.lastBeat.delete(spawnerId);
+    this.reported.delete(spawnerId);
     this.open.get(spawnerId)?.close();
     this.open.delete(spawnerId);
     return true;
@@ -96,7 +103,8 @@ export class SpawnerConnections {
         connected: conn !== undefined,
         max_agents: conn?.maxAgents ?? null,
         last_heartbeat_at: this.lastBeat.get(spawnerId) ?? 0,
-        agents: agentsOf(state, spawnerId).map((a) => ({ agent_id: a.agent_id, status: agentStatus(a) })),
+        // pid: the process the spawner last reported for it (null: none reported, or between two).
+        agents: agentsOf(state, spawnerId).map((a) => ({ agent_id: a.agent_id, status: agentStatus(a), pid: this.reported.get(spawnerId)?.get(a.agent_id) ?? null })),
       };
     });
   }

@@ -1,8 +1,10 @@
 import type { Logger } from 'pino';
 import type { DomainContext } from '../../domain/context.js';
-import { agentStarted, agentsOf, spawnerLost, spawnerReport, terminationAcknowledged } from '../../domain/spawners.js';
+import { reconcile } from '../../domain/reconcile.js';
+import { agentStarted, agentsOf, resumable, spawnerLost, spawnerReport, terminationAcknowledged } from '../../domain/spawners.js';
 import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
 import type { TokenService } from '../../identity/tokens.js';
+import type { RunningAgent } from '../../protocol/spawner.js';
 import type { Registry } from '../../registry/registry.js';
 import type { SkillCatalog } from '../../skills/loader.js';
 import type { Clock } from '../../util/clock.js';
@@ -22,6 +24,8 @@ export class SpawnerHub {
   private readonly deliveries: Deliveries;
   private readonly scheduler: Scheduler;
   private timer: NodeJS.Timeout | null = null;
+  /** When this server recorded each agent's latest start (clock seconds): a report may predate it. */
+  private readonly startedAt = new Map<string, number>();
 
   constructor(
     private readonly deps: {
@@ -68,7 +72,7 @@ export class SpawnerHub {
     for (const agent of held) {
       this.deps.inboxes.release(agent.agent_id);
       if (agent.terminate_posted) this.deliveries.terminate(agent);
-      else if (!agent.running) void this.scheduler.launch(conn, agent, agent.started);
+      else if (!agent.running) void this.scheduler.launch(conn, agent, resumable(agent));
       else this.deliveries.push(agent);
     }
     this.deps.logger.info({ spawner: spawnerId, name, maxAgents, held: held.length }, 'spawner connected');
@@ -80,8 +84,33 @@ export class SpawnerHub {
     if (this.connections.remove(spawnerId, send)) this.deps.logger.info({ spawner: spawnerId }, 'spawner stream closed');
   }
 
-  heartbeat(spawnerId: string): void {
+  /** A beat; with `reported` (what the spawner runs) the registry is reconciled with it. */
+  async heartbeat(spawnerId: string, reported?: RunningAgent[]): Promise<void> {
     this.connections.beat(spawnerId);
+    if (reported) await this.reconcile(spawnerId, reported);
+  }
+
+  /**
+   * An agent believed running there but not reported is a crash (relaunched here, or
+   * escalated at the third strike); a process running for an agent that is not this
+   * spawner's is stopped. Reservations of a crashed agent's inbox are freed, so its
+   * messages go to whichever process runs it next.
+   */
+  private async reconcile(spawnerId: string, reported: RunningAgent[]): Promise<void> {
+    this.connections.report(spawnerId, reported);
+    const outcome = reconcile(this.deps.domain, spawnerId, reported, this.deps.clock.now(), (id) => this.startedAt.get(id));
+    const conn = this.connections.get(spawnerId);
+    // Sent at once, before any commit is awaited, so a launch the scheduler assigns it later follows the stop.
+    for (const s of outcome.stop) conn?.send({ type: 'stop', agent_id: s.agent_id, reason: s.reason });
+    if (outcome.drafts.length === 0) return;
+    this.deps.logger.warn({ spawner: spawnerId, missing: outcome.drafts.filter((d) => d.event === 'agent_crashed').length }, 'agents believed running are not; counted as crashes');
+    await this.registry.commit(outcome.drafts);
+    for (const id of outcome.relaunch) {
+      this.deps.inboxes.release(id);
+      const agent = this.registry.agent(id);
+      const now = this.connections.get(spawnerId);
+      if (agent && now && agent.spawner_id === spawnerId && !agent.running && !agent.terminate_posted) await this.scheduler.launch(now, agent, resumable(agent));
+    }
   }
 
   /** A spawner that missed three beats loses its agents; another spawner resumes them. */
@@ -148,7 +177,10 @@ export class SpawnerHub {
   }
 
   async started(spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean): Promise<void> {
-    await this.registry.commit(agentStarted(this.registry.state, spawnerId, agentId, sessionId, resumed));
+    const drafts = agentStarted(this.registry.state, spawnerId, agentId, sessionId, resumed);
+    // Before the commit: a heartbeat handled while it syncs must already see the start as new.
+    this.startedAt.set(agentId, this.deps.clock.now());
+    await this.registry.commit(drafts);
   }
 
   /** Validated drained events, with the server's answer to an escalation in the same commit. */

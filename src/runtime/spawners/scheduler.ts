@@ -1,4 +1,4 @@
-import { launchAssigned, schedulable } from '../../domain/spawners.js';
+import { launchAssigned, resumable, schedulable } from '../../domain/spawners.js';
 import type { TokenService } from '../../identity/tokens.js';
 import type { LaunchCommand } from '../../protocol/spawner.js';
 import type { Registry } from '../../registry/registry.js';
@@ -49,7 +49,7 @@ export class Scheduler {
       const target = this.connections.all().filter((c) => (load.get(c.spawnerId) ?? 0) < c.maxAgents).sort((x, y) => share(x) - share(y))[0];
       if (!target) break;
       load.set(target.spawnerId, (load.get(target.spawnerId) ?? 0) + 1);
-      const resume = agent.started;
+      const resume = resumable(agent);
       await this.registry.commit([launchAssigned(agent, target.spawnerId)]);
       await this.launch(target, agent, resume);
     }
@@ -84,6 +84,8 @@ export class Scheduler {
       is_root: agent.leader_id === USER,
       resume,
       session_id: resume ? agent.session_id : null,
+      crash_strikes: agent.crash_strikes,
+      contract_strikes: agent.contract_strikes,
     };
     conn.send(command);
   }
