@@ -87,6 +87,9 @@ program
   .option('--permission-mode <mode>', 'Claude Code permission mode for agents', 'bypassPermissions')
   .option('--sandbox', 'set IS_SANDBOX=1 for Claude Code (needed for bypassPermissions as root)')
   .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
+  .option('--spool-dir <dir>', 'where reports wait while the server is unreachable, and this spawner keeps its id (BEIDOU_SPOOL_DIR, default ~/.beidou-spawner/<name>)')
+  .option('--spool-max-mb <n>', 'the spool size past which drained observability events are dropped', '64')
+  .option('--restart-backoff <s,s,...>', 'seconds before restarting an agent after its 1st, 2nd, ... crash in a row (plus up to 25% jitter)', '1,5,30')
   .action(async (opts) => (await import('./spawner.js')).spawner(opts));
 
 program
