@@ -215,6 +215,44 @@ describe('a server outage', () => {
     expect(replaying.stderr()).not.toContain('refused');
   });
 
+  it('an ask_user cut by a server restart (gateway_unavailable) is no crash: the agent resumes once, without a strike', async () => {
+    home = tempHome();
+    const port = await freePort();
+    proc = await spawnServer(home, {}, port);
+    const adminToken = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
+    const api = async (method: string, route: string, body?: unknown) => {
+      const res = await fetch(`${proc!.url}/api${route}`, {
+        method,
+        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+      return res.json() as Promise<any>;
+    };
+    const work = mkdtempSync(path.join(os.tmpdir(), 'beidou-outage-'));
+    dirs.push(work);
+    const scriptFile = path.join(work, 'script.json');
+    const question = { question: 'Which tone?', header: 'Tone', multiSelect: false, options: [{ label: 'Formal', description: 'formal' }, { label: 'Casual', description: 'casual' }] };
+    // The blocked ask_user ends with gateway_unavailable when the server stops: the agent exits with code 3.
+    writeFileSync(scriptFile, JSON.stringify({ root: [{ call: 'ask_user', args: { questions: [question] } }], 'root@resume': [text('resumed')] }));
+    const token = (await api('POST', '/spawner-tokens', {})).token as string;
+    const task = await api('POST', '/tasks', { task: 'ask during a restart' });
+    const events = async (): Promise<Ev[]> => (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
+    spawners.push(spawnSpawner(proc.url, token, scriptFile, ['--spool-dir', path.join(work, 'spool'), '--workdir', path.join(work, 'agents'), '--restart-backoff', '0.2,0.5,1']));
+    await until('the question', async () => ((await events()).some((e) => e.event === 'question_asked') ? true : undefined));
+
+    proc.child.kill('SIGTERM');
+    await proc.exited;
+    proc = await spawnServer(home, {}, port);
+    const after = await until('the resumed agent', async () => {
+      const ev = await events();
+      return ev.some((e) => e.event === 'assistant_text' && e.text === 'resumed') ? ev : undefined;
+    });
+    expect(eventsNamed(after as any, 'agent_crashed')).toEqual([]);
+    expect(eventsNamed(after as any, 'agent_error').map((e) => [e.exception, e.msg])).toEqual([['ServerUnreachable', 'exited with code 3 while the server was unreachable']]);
+    expect(eventsNamed(after as any, 'agent_started').map((e) => e.resumed)).toEqual([false, true]);
+    expect(after.map((e) => e.seq)).toEqual(after.map((_, i) => i + 1));
+  });
+
   it('waits with backoff between restarts after real crashes: never three in 200 ms', async () => {
     ts = await startTestServer();
     const scriptFile = path.join(ts.home, 'script.json');
