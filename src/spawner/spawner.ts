@@ -196,7 +196,7 @@ export class Spawner implements SupervisorHost {
         signal: AbortSignal.any([this.stopping.signal, AbortSignal.timeout(30_000)]),
       });
     } catch {
-      this.markUnreachable();
+      if (!this.stopping.signal.aborted) this.markUnreachable();
       return 'retry';
     }
     const text = await res.text().catch(() => '');

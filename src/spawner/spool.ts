@@ -130,7 +130,11 @@ export class Spool {
   private async flush(): Promise<void> {
     this.flushQueued = false;
     const batch = this.pending.splice(0);
-    if (batch.length === 0 || !this.fh) return;
+    if (!this.fh) {
+      for (const b of batch) b.done(new Error('the spool is closed'));
+      return;
+    }
+    if (batch.length === 0) return;
     try {
       await this.fh.write(batch.map((b) => b.entry.line).join(''));
       await this.fh.datasync();
