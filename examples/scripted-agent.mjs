@@ -9,12 +9,13 @@
 //   {"wait": "<regex>", "save": "name"}   wait for an inbox message (stdin) whose content matches
 //   {"emit": {"event": "...", ...}}         print an event line for the spawner to post
 //   {"say": "text"}                          print a plain log line
+//   {"wait_file": "/path"}                   wait until that file exists (tests pace an agent with it)
 //   {"exit": 0} | {"crash": "message"}       leave (cleanly, or with stderr and code 1)
 //   {"ignore_terminate": true}               keep running when stdin closes
 // Strings in args may use {{name.path}} to refer to saved results and messages.
 // "<role>@resume" holds the steps for a resumed session (BEIDOU_RESUME=1).
 // After the last step the agent idles until it is terminated (stdin closes).
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -86,6 +87,9 @@ for (const step of steps) {
     }
   } else if (step.emit) emit(fill(step.emit));
   else if (step.say) log(fill(step.say));
+  else if (step.wait_file) {
+    while (!existsSync(fill(step.wait_file))) await new Promise((r) => setTimeout(r, 50));
+  }
   else if (step.ignore_terminate) ignoreTerminate = true;
   else if ('exit' in step) {
     await client.close();

@@ -90,6 +90,9 @@ program
   .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
   .option('--skip-preflight', 'start without checking that Claude Code runs and has credentials')
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
+  .option('--spool-dir <dir>', 'where reports wait while the server is unreachable, and this spawner keeps its id (BEIDOU_SPOOL_DIR, default ~/.beidou-spawner/<name>)')
+  .option('--spool-max-mb <n>', 'the spool size past which drained observability events are dropped', '64')
+  .option('--restart-backoff <s,s,...>', 'seconds before restarting an agent after its 1st, 2nd, ... crash in a row (plus up to 25% jitter)', '1,5,30')
   .action(async (opts) => (await import('./spawner.js')).spawner(opts));
 
 program

@@ -4,6 +4,7 @@ import { createLogger, resolveLogFormat } from '../util/logger.js';
 import { commandAdapter } from '../spawner/adapters/command.js';
 import type { Adapter } from '../spawner/adapter.js';
 import { Spawner } from '../spawner/spawner.js';
+import { newInstanceId, Spool, SpoolBusy } from '../spawner/spool.js';
 import { api, CliError } from './client.js';
 
 export interface SpawnerCliOptions {
@@ -20,6 +21,24 @@ export interface SpawnerCliOptions {
   claudeBin?: string;
   skipPreflight?: boolean;
   logFormat?: string;
+  spoolDir?: string;
+  spoolMaxMb: string;
+  restartBackoff: string;
+}
+
+/** `1,5,30` → [1, 5, 30]: seconds before the restart after the 1st, 2nd, 3rd… crash in a row. */
+export function parseBackoff(text: string): number[] {
+  const steps = text.split(',').map((s) => Number(s.trim()));
+  if (steps.length === 0 || steps.some((s) => !Number.isFinite(s) || s < 0 || s > 3600)) {
+    throw new CliError(`--restart-backoff must be seconds separated by commas, e.g. 1,5,30 (got "${text}")`, 2);
+  }
+  return steps;
+}
+
+/** The spool dir when none is given: the spawner's own folder, one per --name. */
+export function defaultSpoolDir(name: string | undefined): string {
+  const base = process.env.BEIDOU_SPAWNER_HOME || path.join(os.homedir(), '.beidou-spawner');
+  return path.join(base, (name ?? 'default').replace(/[^A-Za-z0-9._-]/g, '_'));
 }
 
 /** `beidou spawner --server URL [--token T] [--adapter claude|command] ...` */
@@ -27,6 +46,9 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   const serverUrl = (opts.server ?? process.env.BEIDOU_SERVER ?? 'http://127.0.0.1:7777').replace(/\/+$/, '');
   const maxAgents = Number.parseInt(opts.maxAgents, 10);
   if (!Number.isInteger(maxAgents) || maxAgents < 1) throw new CliError('--max-agents must be a positive integer', 2);
+  const restartBackoffS = parseBackoff(opts.restartBackoff);
+  const spoolMaxMb = Number(opts.spoolMaxMb);
+  if (!Number.isFinite(spoolMaxMb) || spoolMaxMb <= 0) throw new CliError('--spool-max-mb must be a positive number', 2);
   let logger;
   try {
     logger = createLogger(undefined, undefined, resolveLogFormat(opts.logFormat));
@@ -58,11 +80,25 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   } else {
     throw new CliError(`--adapter must be claude or command (got "${opts.adapter}")`, 2);
   }
-  // Without --token, a spawner on the server's own machine mints one with the admin token.
-  const token =
-    opts.token ??
-    process.env.BEIDOU_SPAWNER_TOKEN ??
-    (await api<{ token: string }>({ server: serverUrl, ...(opts.home ? { home: opts.home } : {}) }, 'POST', '/spawner-tokens', {})).token;
+  const spoolDir = path.resolve(opts.spoolDir ?? process.env.BEIDOU_SPOOL_DIR ?? defaultSpoolDir(opts.name));
+  let spool: Spool;
+  try {
+    spool = await Spool.open(spoolDir, {
+      maxBytes: spoolMaxMb * 1024 * 1024,
+      newInstance: () => newInstanceId(os.hostname()),
+      warn: (msg, fields) => logger.warn(fields, msg),
+    });
+  } catch (err) {
+    if (err instanceof SpoolBusy) throw new CliError(err.message, 2);
+    throw err;
+  }
+  // Without --token, a spawner on the server's own machine mints one with the admin token,
+  // and keeps it in its spool dir: its identity (and the agents it runs) survive a restart.
+  let token = opts.token ?? process.env.BEIDOU_SPAWNER_TOKEN ?? usableToken(spool.savedToken());
+  if (!token) {
+    token = (await api<{ token: string }>({ server: serverUrl, ...(opts.home ? { home: opts.home } : {}) }, 'POST', '/spawner-tokens', {})).token;
+    spool.saveToken(token);
+  }
   const instance = new Spawner({
     serverUrl,
     token,
@@ -71,14 +107,27 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
     name: opts.name ?? `${os.hostname()}:${process.pid}`,
     workdir: opts.workdir ? path.resolve(opts.workdir) : null,
     logger,
+    spool,
+    restartBackoffS,
   });
   instance.onHello = () => logger.info({ server: serverUrl, adapter: adapter.name, maxAgents }, 'spawner connected');
   const stop = () => {
     instance.stop();
-    setTimeout(() => process.exit(0), 200).unref();
+    void spool.close().finally(() => setTimeout(() => process.exit(0), 200).unref());
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-  process.stdout.write(`beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents)\n`);
+  process.stdout.write(`beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents; spool ${spoolDir})\n`);
   await instance.run();
+}
+
+/** A saved token still good for a day (its `exp` read without verifying: the server will). */
+function usableToken(token: string | null): string | null {
+  if (!token) return null;
+  try {
+    const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as { exp?: number };
+    return typeof payload.exp === 'number' && payload.exp > Date.now() / 1000 + 86_400 ? token : null;
+  } catch {
+    return null;
+  }
 }

@@ -32,7 +32,7 @@ export async function runDemo(options: { quiet?: boolean; keepHome?: boolean } =
   const agentCmd = `"${process.execPath}" "${path.join(PACKAGE_ROOT, 'examples', 'scripted-agent.mjs')}"`;
   const spawner = spawn(
     process.execPath,
-    [path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'), 'spawner', '--server', server.url, '--token', token, '--adapter', 'command', '--command', agentCmd, '--workdir', path.join(home, 'agents')],
+    [path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'), 'spawner', '--server', server.url, '--token', token, '--adapter', 'command', '--command', agentCmd, '--workdir', path.join(home, 'agents'), '--spool-dir', path.join(home, 'spool')],
     { env: { ...process.env, BEIDOU_SCRIPT: path.join(PACKAGE_ROOT, 'examples', 'demo-script.json'), BEIDOU_LOG_LEVEL: 'warn' }, stdio: ['ignore', options.quiet ? 'ignore' : 'inherit', 'inherit'] },
   );
   try {

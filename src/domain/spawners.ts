@@ -124,3 +124,19 @@ function agentDown(ctx: DomainContext, agent: AgentRecord, what: string): EventD
     ),
   ];
 }
+
+/** The highest spool sequence committed for a spawner (0: none yet). */
+export function spoolHighWater(state: RegistryState, spawnerId: string): number {
+  return state.spool_hwm.get(spawnerId) ?? 0;
+}
+
+/**
+ * The mark committed with a report sent from a spawner's spool (in the same commit, so the
+ * report and its mark cannot be separated by a crash); nothing for an unknown agent, whose
+ * report is refused anyway.
+ */
+export function spooledMark(state: RegistryState, spawnerId: string, agentId: string, seq: number | null): EventDraft[] {
+  const agent = state.agents.get(agentId);
+  if (seq === null || !agent) return [];
+  return [{ event: 'spawner.spooled', task_id: agent.task_id, spawner_id: spawnerId, spool_seq: seq }];
+}

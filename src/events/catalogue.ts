@@ -265,6 +265,8 @@ export const EVENT_FIELDS = {
   }),
   /** A spawner missed three heartbeats; its agents wait for another spawner, which resumes them. */
   'spawner.lost': z.object({ spawner_id: id, agent_ids: z.array(id) }),
+  /** Committed with a report a spawner sent from its spool: the spawner's high-water mark, so a replay is ignored. */
+  'spawner.spooled': z.object({ spawner_id: id, spool_seq: z.number().int().positive() }),
 
   // ---- drained from agent processes by the spawner (validated on arrival) ----
   agent_started: z.object({

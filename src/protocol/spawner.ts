@@ -14,6 +14,13 @@ export const SPAWNER_API = '/api/spawner';
 /** The header carrying a spawner process's instance id; with the token's subject, its identity. */
 export const INSTANCE_HEADER = 'beidou-spawner-instance';
 
+/**
+ * The header keying a report sent from a spawner's spool: its spool sequence (1, 2, …,
+ * increasing per spawner). The server commits a report only above the spawner's high-water
+ * mark, so a replayed one is acknowledged and ignored.
+ */
+export const SPOOL_SEQ_HEADER = 'beidou-spool-seq';
+
 export interface HelloCommand {
   type: 'hello';
   spawner_id: string;

@@ -372,6 +372,9 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       }
       return;
     }
+    case 'spawner.spooled':
+      state.spool_hwm.set(e.spawner_id, Math.max(state.spool_hwm.get(e.spawner_id) ?? 0, e.spool_seq));
+      return;
     case 'agent_started': {
       const agent = state.agents.get(e.agent_id);
       if (!agent) return;

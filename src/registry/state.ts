@@ -231,8 +231,10 @@ export interface RegistryState {
   teams: Map<string, TeamRecord>;
   plans: Map<string, PlanRecord>;
   questions: Map<string, QuestionRecord>;
+  /** Per spawner id, the highest spool sequence committed (`spawner.spooled`): a report at or below it is a replay. */
+  spool_hwm: Map<string, number>;
 }
 
 export function emptyState(): RegistryState {
-  return { tasks: new Map(), agents: new Map(), teams: new Map(), plans: new Map(), questions: new Map() };
+  return { tasks: new Map(), agents: new Map(), teams: new Map(), plans: new Map(), questions: new Map(), spool_hwm: new Map() };
 }

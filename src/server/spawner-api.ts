@@ -1,10 +1,10 @@
 import { Router, type Request } from 'express';
 import { createSession } from 'better-sse';
 import { zodToInvalidInput } from '../domain/errors.js';
-import { NotYourAgent } from '../domain/spawners.js';
+import { NotYourAgent, spooledMark, spoolHighWater } from '../domain/spawners.js';
 import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../events/catalogue.js';
 import { UnstorableEventError } from '../events/log.js';
-import { ackBody, eventsBody, heartbeatBody, INSTANCE_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
+import { ackBody, eventsBody, heartbeatBody, INSTANCE_HEADER, SPOOL_SEQ_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../protocol/spawner.js';
 import type { Services } from '../runtime/services.js';
 import type { Authenticator } from './auth.js';
 import { jsonBody } from './body.js';
@@ -32,6 +32,15 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     }
     return `${p.spawnerId}.${instance}`;
   };
+  // A report from a spawner's spool carries its spool sequence: one at or below the
+  // spawner's high-water mark was committed before (a replay) and is acknowledged, not redone.
+  const spoolSeq = (req: Request): number | null => {
+    const raw = req.header(SPOOL_SEQ_HEADER);
+    if (raw === undefined) return null;
+    if (!/^[1-9][0-9]{0,14}$/.test(raw)) throw new ApiError(400, 'invalid_input', `${SPOOL_SEQ_HEADER}: must be a positive integer`);
+    return Number(raw);
+  };
+  const replayed = (id: string, seq: number | null) => seq !== null && seq <= spoolHighWater(registry.state, id);
   const mine = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
@@ -68,12 +77,15 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
   api.post('/ack', async (req, res) => {
     const body = parseOr400(ackBody, req.body);
     const id = spawnerId(req);
+    const seq = spoolSeq(req);
+    if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
+    const mark = spooledMark(registry.state, id, body.agent_id, seq);
     await mine(async () => {
       if (body.type === 'deliver') {
         if (!body.message_id) throw new ApiError(400, 'invalid_input', 'message_id: required for a delivery ack');
-        await spawners.acknowledgeDelivery(id, body.agent_id, body.message_id);
+        await spawners.acknowledgeDelivery(id, body.agent_id, body.message_id, mark);
       } else {
-        await spawners.acknowledgeTermination(id, body.agent_id);
+        await spawners.acknowledgeTermination(id, body.agent_id, mark);
       }
     });
     res.json({ ok: true });
@@ -81,13 +93,20 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
 
   api.post('/agents/:id/started', async (req, res) => {
     const body = parseOr400(startedBody, req.body);
-    await mine(() => spawners.started(spawnerId(req), String(req.params.id), body.session_id, body.resumed));
+    const id = spawnerId(req);
+    const agentId = String(req.params.id);
+    const seq = spoolSeq(req);
+    if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
+    await mine(() => spawners.started(id, agentId, body.session_id, body.resumed, spooledMark(registry.state, id, agentId, seq)));
     res.json({ ok: true });
   });
 
   api.post('/agents/:id/events', async (req, res) => {
     const agentId = String(req.params.id);
     const { events } = parseOr400(eventsBody, req.body);
+    const id = spawnerId(req);
+    const seq = spoolSeq(req);
+    if (replayed(id, seq)) return void res.json({ ok: true, accepted: 0, replayed: true });
     const agent = registry.agent(agentId);
     if (!agent) throw new ApiError(404, 'unknown_agent', `no agent ${agentId}`);
     // Validate all first: a batch is taken whole or not at all.
@@ -112,7 +131,7 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
       }
       return { event: name, task_id: agent.task_id, ...parsed.data } as EventDraft;
     });
-    await mine(() => spawners.report(spawnerId(req), agentId, drafts)).catch((err: unknown) => {
+    await mine(() => spawners.report(id, agentId, drafts, spooledMark(registry.state, id, agentId, seq))).catch((err: unknown) => {
       // Serialised before any of it is numbered: nothing of the batch was written.
       if (err instanceof UnstorableEventError && err.index < drafts.length) {
         const i = err.index;

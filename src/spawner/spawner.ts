@@ -1,13 +1,18 @@
-import { randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createParser } from 'eventsource-parser';
 import type { Logger } from 'pino';
-import { INSTANCE_HEADER, SPAWNER_API, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
+import { INSTANCE_HEADER, SPAWNER_API, SPOOL_SEQ_HEADER, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
 import { reaped, Reaper } from './reaper.js';
+import type { SendOutcome, Spool } from './spool.js';
 import { Supervisor, type SupervisorHost } from './supervisor.js';
+
+/** Drained events that only observe (the spool may drop them when full); the rest always stays. */
+const OBSERVING = new Set(['turn.usage', 'assistant_text', 'tool_called', 'tool_result', 'run.cost']);
+/** An exit this soon after the server came back still counts as caused by the outage. */
+const OUTAGE_GRACE_MS = 10_000;
 
 export interface SpawnerOptions {
   serverUrl: string;
@@ -18,6 +23,10 @@ export interface SpawnerOptions {
   /** When set, agents run in `{workdir}/{task_id}/{agent_id}`; else in their workspace path. */
   workdir: string | null;
   logger: Logger;
+  /** Where reports wait for the server (spool.ts); also holds this spawner's instance id. */
+  spool: Spool;
+  /** Seconds before the restart after the 1st, 2nd, … crash in a row (the last repeats); jitter adds up to a quarter. */
+  restartBackoffS: number[];
 }
 
 /**
@@ -35,8 +44,13 @@ export class Spawner implements SupervisorHost {
   private heartbeat: NodeJS.Timeout | null = null;
   private readonly stopping = new AbortController();
   private commands: Promise<void> = Promise.resolve();
-  /** This process's instance id: with the token's subject, the spawner's identity. */
-  readonly instance = `${os.hostname().replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 60)}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  /** This spawner's instance id (kept in its spool dir): with the token's subject, the spawner's identity. */
+  readonly instance: string;
+  /** Whether the server answers (the command stream is up); `outages` counts the times it stopped. */
+  private reachable = false;
+  private reachableAt = 0;
+  outages = 0;
+  private reachableWaiters: Array<() => void> = [];
   /** Resolves each time the server's hello arrives (tests and the demo wait on it). */
   onHello: (() => void) | null = null;
 
@@ -45,6 +59,7 @@ export class Spawner implements SupervisorHost {
   private readonly reapedAdapter: Adapter;
 
   constructor(readonly opts: SpawnerOptions) {
+    this.instance = opts.spool.instance;
     this.reapedAdapter = reaped(opts.adapter, this.reaper);
   }
 
@@ -67,6 +82,9 @@ export class Spawner implements SupervisorHost {
   /** Connects and keeps reconnecting until stopped. */
   async run(): Promise<void> {
     this.reaper.start((err) => this.log.warn({ err: err.message }, 'no reaper: agents rely on their stdin closing if this spawner dies'));
+    const sending = this.opts.spool.deliver((route, body, seq) => this.sendSpooled(route, body, seq), this.stopping.signal, (route, seq) =>
+      this.log.error({ route, seq }, 'the server refused a spooled report; dropped it'),
+    );
     let backoff = 250;
     while (!this.stopping.signal.aborted) {
       try {
@@ -76,10 +94,12 @@ export class Spawner implements SupervisorHost {
         if (this.stopping.signal.aborted) break;
         this.log.warn({ err: (err as Error).message }, 'command stream failed; reconnecting');
       }
+      this.markUnreachable();
       if (this.stopping.signal.aborted) break;
       await new Promise((r) => setTimeout(r, backoff));
       backoff = Math.min(backoff * 2, 5_000);
     }
+    await sending;
   }
 
   private async stream(): Promise<void> {
@@ -120,6 +140,7 @@ export class Spawner implements SupervisorHost {
           }
         }
         this.startHeartbeat();
+        this.markReachable();
         this.onHello?.();
         return;
       }
@@ -165,13 +186,95 @@ export class Spawner implements SupervisorHost {
     this.heartbeat = setInterval(beat, this.heartbeatS * 1000);
   }
 
-  async post(route: string, body: AckBody | StartedBody | HeartbeatBody | { events: DrainedEvent[] }): Promise<void> {
+  /**
+   * Reports (events, acks, starts) go through the spool: durable on disk first, sent in
+   * order when the server answers. The heartbeat goes straight out.
+   */
+  async post(route: string, body: AckBody | StartedBody | HeartbeatBody | { events: DrainedEvent[] } | Record<string, never>): Promise<void> {
+    if (route !== '/heartbeat') {
+      const observing = 'events' in body && body.events.every((e) => OBSERVING.has(e.event));
+      return this.opts.spool.append(route, body, observing);
+    }
     const res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
       method: 'POST',
       headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json', [INSTANCE_HEADER]: this.instance },
       body: JSON.stringify(body),
     });
     if (!res.ok) throw new Error(`${route}: ${res.status} ${await res.text()}`);
+  }
+
+  /** One spooled post, keyed by its spool sequence (the server ignores one it already committed). */
+  private async sendSpooled(route: string, body: unknown, seq: number): Promise<SendOutcome> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json', [INSTANCE_HEADER]: this.instance, [SPOOL_SEQ_HEADER]: String(seq) },
+        body: JSON.stringify(body),
+        signal: AbortSignal.any([this.stopping.signal, AbortSignal.timeout(30_000)]),
+      });
+    } catch {
+      if (!this.stopping.signal.aborted) this.markUnreachable();
+      return 'retry';
+    }
+    const text = await res.text().catch(() => '');
+    if (res.ok) return 'ok';
+    // The server is failing, stopping or refusing our token for now: keep it for later.
+    if (res.status >= 500 || res.status === 401 || res.status === 408 || res.status === 429) {
+      this.log.warn({ route, status: res.status, body: text.slice(0, 300) }, 'the server did not take a spooled report; retrying');
+      return 'retry';
+    }
+    this.log.error({ route, status: res.status, body: text.slice(0, 300) }, 'spooled report refused');
+    return 'refused';
+  }
+
+  private markReachable(): void {
+    if (this.reachable) return;
+    this.reachable = true;
+    this.reachableAt = Date.now();
+    for (const wake of this.reachableWaiters.splice(0)) wake();
+    this.opts.spool.nudge();
+  }
+
+  private markUnreachable(): void {
+    if (!this.reachable) return;
+    this.reachable = false;
+    this.outages++;
+    this.log.warn({ server: this.opts.serverUrl }, 'the server is unreachable; agents keep running and their reports wait in the spool');
+  }
+
+  /** Resolves once the server answers again (at once if it does now). */
+  whenReachable(): Promise<void> {
+    if (this.reachable) return Promise.resolve();
+    return new Promise((resolve) => this.reachableWaiters.push(resolve));
+  }
+
+  /**
+   * Whether an agent process that started when `outagesAtStart` outages had happened died
+   * of the server's absence: the server is unreachable now (asked afresh), or it went away
+   * during the process's life and came back only moments ago.
+   */
+  async exitDuringOutage(outagesAtStart: number): Promise<boolean> {
+    if (this.reachable && !(await this.probe())) this.markUnreachable();
+    if (!this.reachable) return true;
+    return this.outages > outagesAtStart && Date.now() - this.reachableAt < OUTAGE_GRACE_MS;
+  }
+
+  private async probe(): Promise<boolean> {
+    try {
+      const res = await fetch(`${this.opts.serverUrl}/api/health`, { signal: AbortSignal.timeout(2_000) });
+      await res.body?.cancel();
+      return res.status < 500;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Milliseconds before the restart after the `strike`-th crash in a row: the backoff step plus up to a quarter of jitter. */
+  restartDelayMs(strike: number): number {
+    const steps = this.opts.restartBackoffS;
+    const base = steps[Math.min(strike, steps.length) - 1] ?? 0;
+    return Math.round(base * 1000 * (1 + Math.random() / 4));
   }
 
   forget(agentId: string, terminated = false): void {
@@ -198,5 +301,6 @@ export class Spawner implements SupervisorHost {
     for (const sup of this.agents.values()) sup.abandon();
     this.agents.clear();
     this.reaper.stop();
+    for (const wake of this.reachableWaiters.splice(0)) wake();
   }
 }

@@ -22,6 +22,13 @@ export interface SupervisorHost {
   cwdFor(launch: LaunchCommand): string;
   /** The supervisor is done: the agent is no longer this spawner's (terminated: its launch is refused from now on). */
   forget(agentId: string, terminated?: boolean): void;
+  /** How many times the server has become unreachable so far. */
+  readonly outages: number;
+  /** Whether a process started after `outagesAtStart` outages died of the server's absence. */
+  exitDuringOutage(outagesAtStart: number): Promise<boolean>;
+  whenReachable(): Promise<void>;
+  /** The wait before the restart after the `strike`-th crash in a row. */
+  restartDelayMs(strike: number): number;
 }
 
 /**
@@ -43,6 +50,10 @@ export class Supervisor {
   private forced = false;
   private abandoned = false;
   private graceTimer: NodeJS.Timeout | null = null;
+  /** The server's outage count when the current process started. */
+  private outagesAtStart = 0;
+  /** Ends a wait before a restart early (a terminate, or the agent is abandoned). */
+  private interrupt: (() => void) | null = null;
   private readonly delivered = new Set<string>();
   /** Deliveries that arrived while the process was being restarted. */
   private waiting: DeliverCommand[] = [];
@@ -84,6 +95,7 @@ export class Supervisor {
 
   async start(resume: boolean, sessionId: string | null, nudge: string | null): Promise<void> {
     this.sessionId = resume && sessionId ? sessionId : randomUUID();
+    this.outagesAtStart = this.spawner.outages;
     const serverUrl = this.spawner.serverUrl;
     const proc = this.spawner.adapter.start(
       {
@@ -150,7 +162,7 @@ export class Supervisor {
     this.terminating = true;
     // Between processes, onExit sees the flag before it restarts anything; once a restart
     // has spawned the next process, that process is ended like any other.
-    if (this.exiting && !this.proc) return;
+    if (this.exiting && !this.proc) return void this.interrupt?.();
     if (!this.proc) return void this.finishTermination();
     this.proc.end();
     const proc = this.proc;
@@ -176,6 +188,21 @@ export class Supervisor {
   abandon(): void {
     this.abandoned = true;
     this.proc?.kill();
+    this.interrupt?.();
+  }
+
+  /** Waits for `until` (milliseconds, or a promise), or less if the agent is terminated or abandoned meanwhile. */
+  private pause(until: number | Promise<void>): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = typeof until === 'number' ? setTimeout(() => done(), until) : null;
+      const done = () => {
+        if (timer) clearTimeout(timer);
+        this.interrupt = null;
+        resolve();
+      };
+      if (typeof until !== 'number') void until.then(done);
+      this.interrupt = done;
+    });
   }
 
   private async onExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
@@ -204,6 +231,7 @@ export class Supervisor {
 
   private async afterExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
     const log = this.spawner.log;
+    if (await this.spawner.exitDuringOutage(this.outagesAtStart)) return this.afterOutageExit(proc, exit);
     if (exit.code === 0) {
       this.contractStrikes++;
       const strike = this.contractStrikes;
@@ -234,6 +262,8 @@ export class Supervisor {
     ]);
     if (strike < STRIKES) {
       await this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent]);
+      // Never a restart loop: each crash in a row waits longer (--restart-backoff), with jitter.
+      await this.pause(this.spawner.restartDelayMs(strike));
       // Strike 1 resumes the session; strike 2 starts it afresh.
       return this.restartUnlessTerminated(strike === 1, strike === 1 ? this.sessionId : null, null);
     }
@@ -242,5 +272,21 @@ export class Supervisor {
       { event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent,
     ]);
     return this.giveUp();
+  }
+
+  /**
+   * The process ended while the server was unreachable (its MCP calls failed, or a blocked
+   * ask_user was cut by a restart): not the agent's fault, so no strike. It resumes its
+   * session once the server answers again.
+   */
+  private async afterOutageExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+    const msg = `${exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`} while the server was unreachable`;
+    this.spawner.log.warn({ agent: this.id, msg }, 'agent exited during a server outage; resuming it without a strike once the server is back');
+    await this.report([
+      { event: 'agent_error', exception: 'ServerUnreachable', msg, stderr: proc.stderrTail() } as DrainedEvent,
+      { event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent,
+    ]);
+    await this.pause(this.spawner.whenReachable());
+    return this.restartUnlessTerminated(true, this.sessionId, null);
   }
 }

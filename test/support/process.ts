@@ -1,4 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -10,9 +12,12 @@ export interface ServerProcess {
   exited: Promise<number | null>;
 }
 
-/** `beidou serve` as a child process; resolves once it printed its listening line. */
-export function spawnServer(home: string, env: Record<string, string> = {}): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--home', home], {
+/**
+ * `beidou serve` as a child process; resolves once it printed its listening line. `port`
+ * (default 0: a free one) lets a restarted server come back where its spawners look for it.
+ */
+export function spawnServer(home: string, env: Record<string, string> = {}, port = 0): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--home', home], {
     env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -37,10 +42,18 @@ export interface SpawnerProcess {
   stderr: () => string;
 }
 
-/** `beidou spawner` with the command adapter running the scripted agent on `scriptFile`. */
+/**
+ * `beidou spawner` with the command adapter running the scripted agent on `scriptFile`; its
+ * spool in a fresh temp dir unless `extraArgs` names one (`--spool-dir`), and short restart
+ * backoffs unless `extraArgs` sets them (`--restart-backoff`).
+ */
 export function spawnSpawner(serverUrl: string, token: string, scriptFile: string, extraArgs: string[] = []): SpawnerProcess {
   const agentCmd = `"${process.execPath}" "${SCRIPTED_AGENT}"`;
-  const child = spawn(process.execPath, [CLI, 'spawner', '--server', serverUrl, '--token', token, '--adapter', 'command', '--command', agentCmd, ...extraArgs], {
+  const defaults = [
+    ...(extraArgs.includes('--spool-dir') ? [] : ['--spool-dir', mkdtempSync(path.join(os.tmpdir(), 'beidou-spool-'))]),
+    ...(extraArgs.includes('--restart-backoff') ? [] : ['--restart-backoff', '0.2,0.5,1']),
+  ];
+  const child = spawn(process.execPath, [CLI, 'spawner', '--server', serverUrl, '--token', token, '--adapter', 'command', '--command', agentCmd, ...defaults, ...extraArgs], {
     env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

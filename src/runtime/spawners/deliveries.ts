@@ -1,5 +1,6 @@
 import { deliveredText, deliveryDrafts, displayName } from '../../domain/messages.js';
 import { ownAgent } from '../../domain/spawners.js';
+import type { EventDraft } from '../../events/catalogue.js';
 import type { Registry } from '../../registry/registry.js';
 import type { AgentRecord } from '../../registry/state.js';
 import type { Inboxes } from '../inbox.js';
@@ -42,11 +43,11 @@ export class Deliveries {
   }
 
   /** The spawner wrote the message into its agent: the delivery happened. */
-  async acknowledge(spawnerId: string, agentId: string, messageId: string): Promise<void> {
+  async acknowledge(spawnerId: string, agentId: string, messageId: string, mark: EventDraft[] = []): Promise<void> {
     const agent = ownAgent(this.registry.state, spawnerId, agentId);
     const message = agent.inbox.get(messageId);
     this.inboxes.release(agentId, messageId);
     if (!message) return; // already delivered (a repeated ack after a reconnect)
-    await this.registry.commit(deliveryDrafts(agent, [message], 'spawner'));
+    await this.registry.commit([...deliveryDrafts(agent, [message], 'spawner'), ...mark]);
   }
 }

@@ -166,26 +166,29 @@ export class SpawnerHub {
 
   // ---- what a spawner reports ----
 
-  acknowledgeDelivery(spawnerId: string, agentId: string, messageId: string): Promise<void> {
-    return this.deliveries.acknowledge(spawnerId, agentId, messageId);
+  // `mark` is the spool mark of a report sent from a spawner's spool (spooledMark), committed
+  // with what the report commits; a report that commits nothing needs none (a replay of it is nothing too).
+
+  acknowledgeDelivery(spawnerId: string, agentId: string, messageId: string, mark: EventDraft[] = []): Promise<void> {
+    return this.deliveries.acknowledge(spawnerId, agentId, messageId, mark);
   }
 
   /** The spawner ended the agent's process after a terminate command. */
-  async acknowledgeTermination(spawnerId: string, agentId: string): Promise<void> {
+  async acknowledgeTermination(spawnerId: string, agentId: string, mark: EventDraft[] = []): Promise<void> {
     const drafts = terminationAcknowledged(this.registry.state, spawnerId, agentId);
-    if (drafts.length > 0) await this.registry.commit(drafts);
+    if (drafts.length > 0) await this.registry.commit([...drafts, ...mark]);
   }
 
-  async started(spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean): Promise<void> {
+  async started(spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean, mark: EventDraft[] = []): Promise<void> {
     const drafts = agentStarted(this.registry.state, spawnerId, agentId, sessionId, resumed);
     // Before the commit: a heartbeat handled while it syncs must already see the start as new.
     this.startedAt.set(agentId, this.deps.clock.now());
-    await this.registry.commit(drafts);
+    await this.registry.commit([...drafts, ...mark]);
   }
 
   /** Validated drained events, with the server's answer to an escalation in the same commit. */
-  async report(spawnerId: string, agentId: string, drafts: EventDraft[]): Promise<void> {
-    await this.registry.commit(spawnerReport(this.deps.domain, spawnerId, agentId, drafts));
+  async report(spawnerId: string, agentId: string, drafts: EventDraft[], mark: EventDraft[] = []): Promise<void> {
+    await this.registry.commit([...spawnerReport(this.deps.domain, spawnerId, agentId, drafts), ...mark]);
   }
 
   /** For the admin API: what each spawner holds. */
