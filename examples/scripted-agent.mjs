@@ -5,7 +5,7 @@
 //
 // The script maps a role (the agent's name without its 4-character suffix; "root" for the
 // root) to a list of steps:
-//   {"call": "tool", "args": {...}, "save": "name", "expect": "ok" | "<error code>"}
+//   {"call": "tool", "args": {...}, "save": "name", "expect": "ok" | "<error code>", "again": ["<code>", ...]}
 //   {"wait": "<regex>", "save": "name"}   wait for an inbox message (stdin) whose content matches
 //   {"emit": {"event": "...", ...}}         print an event line for the spawner to post
 //   {"say": "text"}                          print a plain log line
@@ -14,27 +14,61 @@
 // Strings in args may use {{name.path}} to refer to saved results and messages.
 // "<role>@resume" holds the steps for a resumed session (BEIDOU_RESUME=1).
 // After the last step the agent idles until it is terminated (stdin closes).
-import { readFileSync } from 'node:fs';
+//
+// "@options": {"durable": true} makes every agent of the script survive restarts and outages,
+// as a model with its session transcript and workspace would:
+// - it keeps a journal in its working directory (`.scripted-agent.json`: the next step, saved
+//   values, inbox messages received but not yet used), so a relaunched process, resumed or
+//   afresh, on this spawner or another sharing the workdir, carries on where it stopped;
+// - a call cut by a lost connection is retried on a new MCP session once the server answers;
+//   a step run again (after a restart or such a retry) counts the codes in "again" as done,
+//   with the error's details saved (e.g. spawn_agent's task_not_pending names the agent_id);
+// - an ask_user whose call is gone waits for `[ANSWER qid]` in the inbox instead of asking again;
+// - every received message is appended to `.scripted-agent.received.jsonl` and the pid is in
+//   `.scripted-agent.pid` (what the chaos test and `npm run demo -- --chaos` check and kill);
+// - each step ends with an `assistant_text` event (a clean turn).
+// BEIDOU_SCRIPT_DELAY_MS (or "@options": {"delay_ms": N}) waits before each step (`--slow`).
+import { appendFileSync, existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
 const env = process.env;
 const script = JSON.parse(readFileSync(env.BEIDOU_SCRIPT, 'utf8'));
+const options = script['@options'] ?? {};
+const durable = options.durable === true;
+const delayMs = Number(env.BEIDOU_SCRIPT_DELAY_MS || options.delay_ms || 0);
 const role = env.BEIDOU_AGENT_NAME.replace(/-[0-9a-f]{4}$/, '');
-const steps = (env.BEIDOU_RESUME === '1' && script[`${role}@resume`]) || script[role] || [];
-const saved = { env: { agent_id: env.BEIDOU_AGENT_ID, task_id: env.BEIDOU_TASK_ID, task: env.BEIDOU_TASK } };
+const steps = (!durable && env.BEIDOU_RESUME === '1' && script[`${role}@resume`]) || script[role] || [];
+const JOURNAL = '.scripted-agent.json';
+const journal = durable && existsSync(JOURNAL) ? JSON.parse(readFileSync(JOURNAL, 'utf8')) : { step: 0, saved: {}, inbox: [], pending: null };
+const saved = journal.saved;
+saved.env = { agent_id: env.BEIDOU_AGENT_ID, task_id: env.BEIDOU_TASK_ID, task: env.BEIDOU_TASK };
+const inbox = journal.inbox;
 let ignoreTerminate = false;
 
 const log = (text) => process.stdout.write(`[${env.BEIDOU_AGENT_NAME}] ${text}\n`);
 const emit = (event) => process.stdout.write(JSON.stringify(event) + '\n');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** Atomic, so a kill never leaves half a journal. */
+function persist() {
+  if (!durable) return;
+  writeFileSync(`${JOURNAL}.tmp`, JSON.stringify(journal));
+  renameSync(`${JOURNAL}.tmp`, JOURNAL);
+}
+if (durable) writeFileSync('.scripted-agent.pid', String(process.pid));
 
-// Inbox messages arrive as JSON lines on stdin; stdin closes when the agent is terminated.
-const inbox = [];
+// Inbox messages arrive as JSON lines on stdin; stdin closes when the agent is terminated
+// (or when its spawner dies).
 let wake = null;
 createInterface({ input: process.stdin })
   .on('line', (line) => {
-    inbox.push(JSON.parse(line));
+    const message = JSON.parse(line);
+    if (durable) {
+      appendFileSync('.scripted-agent.received.jsonl', JSON.stringify({ message_id: message.message_id, redelivered: message.redelivered === true, pid: process.pid }) + '\n');
+    }
+    inbox.push(message);
+    persist();
     wake?.();
   })
   .on('close', () => {
@@ -54,6 +88,7 @@ function fill(value) {
   if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v)]));
   return value;
 }
+/** Takes the first inbox message matching `pattern`; the caller persists the journal. */
 async function nextMessage(pattern) {
   const re = new RegExp(pattern, 's');
   for (;;) {
@@ -63,20 +98,86 @@ async function nextMessage(pattern) {
   }
 }
 
-const client = new Client({ name: 'beidou-scripted-agent', version: '1.0.0' });
-await client.connect(new StreamableHTTPClientTransport(new URL(env.BEIDOU_URL), { requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } } }));
+let client = null;
+async function connect() {
+  for (;;) {
+    const next = new Client({ name: 'beidou-scripted-agent', version: '1.0.0' });
+    try {
+      await next.connect(new StreamableHTTPClientTransport(new URL(env.BEIDOU_URL), { requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } } }));
+      client = next;
+      return;
+    } catch (err) {
+      if (!durable) throw err;
+      await sleep(250); // the server is away: try again
+    }
+  }
+}
 
-for (const step of steps) {
-  if (step.call) {
-    const res = await client.callTool({ name: step.call, arguments: fill(step.args ?? {}) }, undefined, { timeout: 600_000, resetTimeoutOnProgress: true });
+/** An ask_user whose call is gone: its answer arrives in the inbox. */
+async function answerFromInbox(qid) {
+  log(`waiting for the answer to ${qid} in the inbox`);
+  const message = await nextMessage(`\\[ANSWER ${qid}\\] `);
+  return { qid, answers: null, answer_text: message.content.slice(message.content.indexOf(`[ANSWER ${qid}] `) + `[ANSWER ${qid}] `.length) };
+}
+
+/** One call step: the outcome ('ok' or an error code) and the value to save. */
+async function runCall(step, index) {
+  const args = fill(step.args ?? {});
+  // Set when this step ran before (a restart, or a call cut by a lost connection).
+  let again = durable && journal.pending?.step === index;
+  for (;;) {
+    if (durable) {
+      if (step.call === 'ask_user' && again && journal.pending?.qid) return { outcome: 'ok', value: await answerFromInbox(journal.pending.qid) };
+      journal.pending = { step: index, qid: null };
+      persist();
+    }
+    let res;
+    try {
+      res = await client.callTool({ name: step.call, arguments: args }, undefined, {
+        timeout: 600_000,
+        resetTimeoutOnProgress: true,
+        // ask_user reports its qid once the question is on the server's disk.
+        onprogress: (p) => {
+          const qid = /\b(q_[0-9a-f]+)\b/.exec(p.message ?? '')?.[1];
+          if (durable && qid && journal.pending && !journal.pending.qid) {
+            journal.pending.qid = qid;
+            persist();
+          }
+        },
+      });
+    } catch (err) {
+      if (!durable) throw err;
+      log(`${step.call} lost its connection (${err.message}); retrying`);
+      again = true;
+      await client.close().catch(() => undefined);
+      await connect();
+      continue;
+    }
     const text = res.content?.[0]?.text ?? '';
-    const outcome = res.isError ? JSON.parse(text).error : 'ok';
+    if (!res.isError) return { outcome: 'ok', value: res.structuredContent };
+    const error = JSON.parse(text);
+    if (durable && step.call === 'ask_user' && error.error === 'gateway_unavailable') return { outcome: 'ok', value: await answerFromInbox(error.details.qid) };
+    if (again && (step.again ?? []).includes(error.error)) {
+      log(`${step.call} -> ${error.error}: done before`);
+      return { outcome: 'ok', value: error.details };
+    }
+    return { outcome: error.error, value: error, text };
+  }
+}
+
+await connect();
+if (durable && journal.step > 0) log(`carrying on at step ${journal.step}`);
+for (let index = journal.step; index < steps.length; index++) {
+  const step = steps[index];
+  if (delayMs > 0) await sleep(delayMs);
+  if (step.call) {
+    const { outcome, value, text } = await runCall(step, index);
     log(`${step.call} -> ${outcome}`);
     if ((step.expect ?? 'ok') !== outcome) {
-      process.stderr.write(`${step.call} gave ${text}, expected ${step.expect ?? 'ok'}\n`);
+      process.stderr.write(`${step.call} gave ${text ?? JSON.stringify(value)}, expected ${step.expect ?? 'ok'}\n`);
       process.exit(3);
     }
-    if (step.save) saved[step.save] = res.isError ? JSON.parse(text) : res.structuredContent;
+    if (step.save) saved[step.save] = value;
   } else if (step.wait) {
     const message = await nextMessage(step.wait);
     log(`got ${message.content.slice(0, 80)}`);
@@ -93,6 +194,12 @@ for (const step of steps) {
   } else if (step.crash) {
     process.stderr.write(`${step.crash}\n`);
     process.exit(1);
+  }
+  if (durable) {
+    journal.step = index + 1;
+    journal.pending = null;
+    persist();
+    emit({ event: 'assistant_text', message_id: `${env.BEIDOU_AGENT_ID}:step-${index}`, text: `step ${index} done`, stop_reason: 'end_turn' });
   }
 }
 log('script done; idle until terminated');
