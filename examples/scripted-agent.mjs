@@ -60,7 +60,11 @@ if (durable) writeFileSync('.scripted-agent.pid', String(process.pid));
 
 // Inbox messages arrive as JSON lines on stdin; stdin closes when the agent is terminated
 // (or when its spawner dies).
-let wake = null;
+const wakers = new Set();
+const wakeAll = () => {
+  for (const wake of [...wakers]) wake();
+  wakers.clear();
+};
 createInterface({ input: process.stdin })
   .on('line', (line) => {
     const message = JSON.parse(line);
@@ -69,7 +73,7 @@ createInterface({ input: process.stdin })
     }
     inbox.push(message);
     persist();
-    wake?.();
+    wakeAll();
   })
   .on('close', () => {
     if (!ignoreTerminate) process.exit(0);
@@ -88,22 +92,26 @@ function fill(value) {
   if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v)]));
   return value;
 }
-/** Takes the first inbox message matching `pattern`; the caller persists the journal. */
-async function nextMessage(pattern) {
+/** Takes the first inbox message matching `pattern` (null once `cancelled()`); the caller persists the journal. */
+async function nextMessage(pattern, cancelled = () => false) {
   const re = new RegExp(pattern, 's');
   for (;;) {
+    if (cancelled()) return null;
     const i = inbox.findIndex((m) => re.test(m.content));
     if (i >= 0) return inbox.splice(i, 1)[0];
-    await new Promise((r) => (wake = r));
+    await new Promise((r) => wakers.add(r));
   }
 }
 
 let client = null;
+/** The call in flight: aborted when the connection reports an error (the server went away). */
+let inFlight = null;
 async function connect() {
   for (;;) {
     const next = new Client({ name: 'beidou-scripted-agent', version: '1.0.0' });
     try {
       await next.connect(new StreamableHTTPClientTransport(new URL(env.BEIDOU_URL), { requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } } }));
+      if (durable) next.onerror = (err) => inFlight?.abort(err);
       client = next;
       return;
     } catch (err) {
@@ -113,11 +121,15 @@ async function connect() {
   }
 }
 
-/** An ask_user whose call is gone: its answer arrives in the inbox. */
+/** An ask_user answer that came through the inbox (its call was gone): `[ANSWER qid] text`. */
+function inboxAnswer(qid, message) {
+  const marker = `[ANSWER ${qid}] `;
+  return { qid, answers: null, answer_text: message.content.slice(message.content.indexOf(marker) + marker.length) };
+}
+const answerPattern = (qid) => `\\[ANSWER ${qid}\\] `;
 async function answerFromInbox(qid) {
   log(`waiting for the answer to ${qid} in the inbox`);
-  const message = await nextMessage(`\\[ANSWER ${qid}\\] `);
-  return { qid, answers: null, answer_text: message.content.slice(message.content.indexOf(`[ANSWER ${qid}] `) + `[ANSWER ${qid}] `.length) };
+  return inboxAnswer(qid, await nextMessage(answerPattern(qid)));
 }
 
 /** One call step: the outcome ('ok' or an error code) and the value to save. */
@@ -131,9 +143,18 @@ async function runCall(step, index) {
       journal.pending = { step: index, qid: null };
       persist();
     }
+    const controller = new AbortController();
+    inFlight = controller;
+    let settled = false;
+    // An ask_user whose reply is lost may still be answered: the answer then comes to the inbox.
+    let watchInbox = null;
+    const answered = new Promise((resolve) => {
+      watchInbox = (qid) => void nextMessage(answerPattern(qid), () => settled).then((m) => m && resolve({ qid, message: m }));
+    });
     let res;
     try {
-      res = await client.callTool({ name: step.call, arguments: args }, undefined, {
+      const call = client.callTool({ name: step.call, arguments: args }, undefined, {
+        signal: controller.signal,
         timeout: 600_000,
         resetTimeoutOnProgress: true,
         // ask_user reports its qid once the question is on the server's disk.
@@ -142,9 +163,17 @@ async function runCall(step, index) {
           if (durable && qid && journal.pending && !journal.pending.qid) {
             journal.pending.qid = qid;
             persist();
+            if (step.call === 'ask_user') watchInbox(qid);
           }
         },
       });
+      const first = await Promise.race([call.then((r) => ({ res: r })), answered]);
+      if (first.message) {
+        controller.abort();
+        call.catch(() => undefined);
+        return { outcome: 'ok', value: inboxAnswer(first.qid, first.message) };
+      }
+      res = first.res;
     } catch (err) {
       if (!durable) throw err;
       log(`${step.call} lost its connection (${err.message}); retrying`);
@@ -152,6 +181,10 @@ async function runCall(step, index) {
       await client.close().catch(() => undefined);
       await connect();
       continue;
+    } finally {
+      settled = true;
+      inFlight = null;
+      wakeAll();
     }
     const text = res.content?.[0]?.text ?? '';
     if (!res.isError) return { outcome: 'ok', value: res.structuredContent };

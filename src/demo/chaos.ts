@@ -23,7 +23,8 @@ import {
 
 export type FaultKind = 'server' | 'spawner' | 'agent';
 export interface FaultPlan {
-  atMs: number;
+  /** Wait after the previous fault (or the task's creation). */
+  afterMs: number;
   kind: FaultKind;
 }
 export interface FaultRecord {
@@ -57,6 +58,7 @@ export interface TeamRunOptions {
   answer(question: Ev): Answer[] | null;
   onEvent?(e: Ev, sinceStartMs: number): void;
   onFault?(f: FaultRecord): void;
+  onStart?(info: { url: string; taskId: string; rootAgentId: string }): void;
 }
 
 export interface TeamRunResult {
@@ -75,20 +77,24 @@ export interface TeamRunResult {
   leftovers: AgentProcess[];
   /** Questions at the gateway the run did not answer (not an agent's, not the root's review). */
   unexpectedQuestions: Ev[];
+  /** The agents as the admin API showed them last. */
+  agents: Array<Record<string, any>>;
   /** Set when the task did not end before the deadline. */
   error: string | null;
 }
 
-/** Fault times between `fromMs` and `toMs`, at least `gapMs` apart, kinds in a seeded order. */
-export function planFaults(random: () => number, kinds: FaultKind[], fromMs: number, toMs: number, gapMs: number): FaultPlan[] {
+/**
+ * Faults in a seeded order, each `minGapMs`..`maxGapMs` (seeded) after the previous one has
+ * done its harm (the server back, the spawner's loss noticed), so every fault lands while the
+ * team still works whatever the machine's pace.
+ */
+export function planFaults(random: () => number, kinds: FaultKind[], minGapMs: number, maxGapMs: number): FaultPlan[] {
   const order = [...kinds];
   for (let i = order.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
     [order[i], order[j]] = [order[j]!, order[i]!];
   }
-  const slack = Math.max(0, toMs - fromMs - gapMs * (order.length - 1));
-  const offsets = order.map(() => random() * slack).sort((a, b) => a - b);
-  return order.map((kind, i) => ({ kind, atMs: Math.round(fromMs + offsets[i]! + i * gapMs) }));
+  return order.map((kind) => ({ kind, afterMs: Math.round(minGapMs + random() * (maxGapMs - minGapMs)) }));
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -131,6 +137,7 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
 
   const created = (await api('POST', '/tasks', { task: opts.task, name: 'chaos team' })).body as { task_id: string; root_agent_id: string };
   const taskId = created.task_id;
+  opts.onStart?.({ url, taskId, rootAgentId: created.root_agent_id });
   const startedAt = Date.now();
   const since = () => Date.now() - startedAt;
   const events: Ev[] = [];
@@ -147,6 +154,7 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
   let ended = false;
   let done = false;
   let stopped = false;
+  let agents: Array<Record<string, any>> = [];
   let serverDown = false;
 
   const take = (e: Ev) => {
@@ -181,6 +189,7 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
       if (status === 200 || status === 409) toAnswer.delete(qid);
     }
     const { body } = await api('GET', `/tasks/${taskId}`);
+    agents = body.agents;
     const live = new Set(agentProcesses(workdir, taskId).map((p) => p.agentId));
     const now = Date.now();
     for (const a of body.agents as Array<{ agent_id: string; name: string; running: boolean }>) {
@@ -238,7 +247,8 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
 
   const chaos = (async () => {
     for (const plan of opts.faults) {
-      while (!done && !stopped && since() < plan.atMs) await sleep(20);
+      const at = since() + plan.afterMs;
+      while (!done && !stopped && since() < at) await sleep(20);
       if (done || stopped) return;
       await inject(plan.kind);
     }
@@ -267,5 +277,5 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
   for (const p of agentProcesses(workdir, taskId)) process.kill(p.pid, 'SIGKILL');
   server.child.kill('SIGTERM');
   await server.exited;
-  return { taskId, rootAgentId: created.root_agent_id, url, workdir, startedAt, durationMs, events, faults, stuck, leftovers, unexpectedQuestions, error };
+  return { taskId, rootAgentId: created.root_agent_id, url, workdir, startedAt, durationMs, events, faults, stuck, leftovers, unexpectedQuestions, agents, error };
 }
