@@ -13,6 +13,9 @@
 //   {"ignore_terminate": true}               keep running when stdin closes
 // Strings in args may use {{name.path}} to refer to saved results and messages.
 // "<role>@resume" holds the steps for a resumed session (BEIDOU_RESUME=1).
+// "<role>@on" holds standing rules, {"match": "<regex>", "call": ..., "args": ..., "again": [...]}:
+// every inbox message matching one, whenever it comes, is handled by its call ({{message.qid}}
+// and {{message.*}} in args); a step's wait never takes such a message.
 // After the last step the agent idles until it is terminated (stdin closes).
 //
 // "@options": {"durable": true} makes every agent of the script survive restarts and outages,
@@ -73,23 +76,24 @@ createInterface({ input: process.stdin })
     }
     inbox.push(message);
     persist();
+    applyRules();
     wakeAll();
   })
   .on('close', () => {
     if (!ignoreTerminate) process.exit(0);
   });
 
-function lookup(path) {
-  return path.split('.').reduce((v, k) => (v == null ? v : v[k]), saved);
+function lookup(path, scope) {
+  return path.split('.').reduce((v, k) => (v == null ? v : v[k]), scope);
 }
-function fill(value) {
+function fill(value, scope = saved) {
   if (typeof value === 'string') {
     const whole = /^\{\{([^}]+)\}\}$/.exec(value);
-    if (whole) return lookup(whole[1]);
-    return value.replace(/\{\{([^}]+)\}\}/g, (_, p) => String(lookup(p)));
+    if (whole) return lookup(whole[1], scope);
+    return value.replace(/\{\{([^}]+)\}\}/g, (_, p) => String(lookup(p, scope)));
   }
-  if (Array.isArray(value)) return value.map(fill);
-  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v)]));
+  if (Array.isArray(value)) return value.map((v) => fill(v, scope));
+  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v, scope)]));
   return value;
 }
 /** Takes the first inbox message matching `pattern` (null once `cancelled()`); the caller persists the journal. */
@@ -97,21 +101,21 @@ async function nextMessage(pattern, cancelled = () => false) {
   const re = new RegExp(pattern, 's');
   for (;;) {
     if (cancelled()) return null;
-    const i = inbox.findIndex((m) => re.test(m.content));
+    const i = inbox.findIndex((m) => !handling.has(m.message_id) && re.test(m.content));
     if (i >= 0) return inbox.splice(i, 1)[0];
     await new Promise((r) => wakers.add(r));
   }
 }
 
 let client = null;
-/** The call in flight: aborted when the connection reports an error (the server went away). */
-let inFlight = null;
+/** The calls in flight: aborted when the connection reports an error (the server went away). */
+const inFlight = new Set();
 async function connect() {
   for (;;) {
     const next = new Client({ name: 'beidou-scripted-agent', version: '1.0.0' });
     try {
       await next.connect(new StreamableHTTPClientTransport(new URL(env.BEIDOU_URL), { requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } } }));
-      if (durable) next.onerror = (err) => inFlight?.abort(err);
+      if (durable) next.onerror = (err) => inFlight.forEach((c) => c.abort(err));
       client = next;
       return;
     } catch (err) {
@@ -132,19 +136,45 @@ async function answerFromInbox(qid) {
   return inboxAnswer(qid, await nextMessage(answerPattern(qid)));
 }
 
-/** One call step: the outcome ('ok' or an error code) and the value to save. */
-async function runCall(step, index) {
-  const args = fill(step.args ?? {});
+/**
+ * Standing rules ("<role>@on": [{"match": "<regex>", "call": ..., "args": ..., "again": [...]}]):
+ * every inbox message matching a rule is taken by it, whenever it comes, and handled with a
+ * call whose args may use {{message.*}} (and {{message.qid}} for an [INBOX QUESTION]). A rule's
+ * call always counts its "again" codes as done: the message may have been handled before a restart.
+ */
+const rules = script[`${role}@on`] ?? [];
+const handling = new Set();
+function applyRules() {
+  if (!client) return; // connected first; the journal's inbox is looked at then
+  for (const message of inbox) {
+    const rule = rules.find((r) => new RegExp(r.match, 's').test(message.content));
+    if (!rule || handling.has(message.message_id)) continue;
+    handling.add(message.message_id);
+    const qid = /\[INBOX QUESTION (q_[0-9a-f]+)\]/.exec(message.content)?.[1];
+    void runCall(rule, null, { ...saved, message: { ...message, qid } }).then(({ outcome, text }) => {
+      log(`on ${rule.call} -> ${outcome}`);
+      if (outcome !== 'ok') process.stderr.write(`${rule.call} gave ${text}\n`);
+      inbox.splice(inbox.findIndex((m) => m.message_id === message.message_id), 1);
+      persist();
+      if (durable) emit({ event: 'assistant_text', message_id: `${env.BEIDOU_AGENT_ID}:on-${message.message_id}`, text: `handled ${message.message_id}`, stop_reason: 'end_turn' });
+    });
+  }
+}
+
+/** One call step (index null: a rule's call): the outcome ('ok' or an error code) and the value to save. */
+async function runCall(step, index, scope = saved) {
+  const args = fill(step.args ?? {}, scope);
+  const tracked = index !== null;
   // Set when this step ran before (a restart, or a call cut by a lost connection).
-  let again = durable && journal.pending?.step === index;
+  let again = !tracked || (durable && journal.pending?.step === index);
   for (;;) {
-    if (durable) {
+    if (durable && tracked) {
       if (step.call === 'ask_user' && again && journal.pending?.qid) return { outcome: 'ok', value: await answerFromInbox(journal.pending.qid) };
       journal.pending = { step: index, qid: null };
       persist();
     }
     const controller = new AbortController();
-    inFlight = controller;
+    inFlight.add(controller);
     let settled = false;
     // An ask_user whose reply is lost may still be answered: the answer then comes to the inbox.
     let watchInbox = null;
@@ -160,7 +190,7 @@ async function runCall(step, index) {
         // ask_user reports its qid once the question is on the server's disk.
         onprogress: (p) => {
           const qid = /\b(q_[0-9a-f]+)\b/.exec(p.message ?? '')?.[1];
-          if (durable && qid && journal.pending && !journal.pending.qid) {
+          if (durable && tracked && qid && journal.pending && !journal.pending.qid) {
             journal.pending.qid = qid;
             persist();
             if (step.call === 'ask_user') watchInbox(qid);
@@ -183,7 +213,7 @@ async function runCall(step, index) {
       continue;
     } finally {
       settled = true;
-      inFlight = null;
+      inFlight.delete(controller);
       wakeAll();
     }
     const text = res.content?.[0]?.text ?? '';
@@ -199,6 +229,7 @@ async function runCall(step, index) {
 }
 
 await connect();
+applyRules();
 if (durable && journal.step > 0) log(`carrying on at step ${journal.step}`);
 for (let index = journal.step; index < steps.length; index++) {
   const step = steps[index];

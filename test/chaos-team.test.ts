@@ -30,8 +30,7 @@ const EXPECTED_OUTCOME = {
   roles: ['alpha', 'analyst', 'beta', 'checker', 'drafter', 'editor', 'illustrator', 'root', 'scout'],
   approvals: 8,
   reworks: 1,
-  user_answers: 1,
-  leader_answers: 1,
+  answers: ['Publish:user', 'Units:alpha'],
 };
 
 /** The user: says Yes to the analyst's question; nothing else of an agent's should reach it. */

@@ -34,8 +34,8 @@ export function planOutcome(events: readonly Ev[]) {
     roles: events.filter((e) => e.event === 'agent_spawned').map((e) => e.role ?? 'root').sort(),
     approvals: events.filter((e) => e.event === 'completion.approved').length,
     reworks: events.filter((e) => e.event === 'review.acknowledged').length,
-    user_answers: agentAnswers.filter((e) => e.by === 'user').length,
-    leader_answers: agentAnswers.filter((e) => e.by !== 'user').length,
+    // Who answered which kind of question (a question asked again after a restart is the same kind).
+    answers: [...new Set(agentAnswers.map((e) => `${asked.get(e.qid)!.questions[0].header}:${e.by === 'user' ? 'user' : (roleOf.get(e.by) ?? e.by)}`))].sort(),
   };
 }
 
