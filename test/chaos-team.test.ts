@@ -64,10 +64,10 @@ describe('chaos: a scripted team under SIGKILL of the server, a spawner and agen
 
   it('ends the same under faults, losing and doubling nothing, with nothing stuck', { timeout: 120_000 }, async () => {
     const random = seeded(SEED);
-    const kinds = ['server', 'spawner', 'agent', 'agent', 'agent', 'server'] as const;
-    const plan = planFaults(random, [...kinds], 500, 2_000);
-    // Paced a little, so that the six faults land before the team is done.
-    const result = await run(plan, 80_000, random, { BEIDOU_SCRIPT_DELAY_MS: '150' });
+    const kinds = ['server', 'spawner', 'agent', 'agent', 'agent', 'outage+agent'] as const;
+    const plan = planFaults(random, [...kinds], 400, 1_500);
+    // Paced, so that the six faults land before the team is done.
+    const result = await run(plan, 85_000, random, { BEIDOU_SCRIPT_DELAY_MS: '300' });
     const faults = result.faults.map((f) => `${f.kind}@${(f.atMs / 1000).toFixed(1)}s:${f.target}`).join(', ');
     const context = `CHAOS_SEED=${SEED} (faults: ${faults})`;
     console.log(`chaos-team ${context}; ${result.error ?? `done in ${result.durationMs} ms`}`);

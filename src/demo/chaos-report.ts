@@ -25,11 +25,11 @@ function recovery(
   name: (id: string) => string,
 ): string[] {
   const out: string[] = [];
-  if (f.kind === 'server') {
+  if (f.kind === 'server' || f.kind === 'outage+agent') {
     out.push(f.backAtMs === undefined ? 'the server did not come back' : `${secs(f.backAtMs)}  the server listened again on the same home and port (replayed its log)`);
     const next = after(f.backAtMs ?? f.atMs, () => true);
     out.push(next ? `${at(next)}  first event after the restart: seq ${next.seq} ${next.event}${next.agent_id ? ` ${name(next.agent_id)}` : ''}` : 'no event after the restart');
-    return out;
+    if (f.kind === 'server' || !f.agentId) return out;
   }
   if (f.kind === 'spawner') {
     const lost = after(f.atMs, (e) => e.event === 'spawner.lost' && (f.spawnerId === undefined || e.spawner_id === f.spawnerId));

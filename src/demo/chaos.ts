@@ -21,7 +21,8 @@ import {
  * test/chaos-team.test.ts both drive it.
  */
 
-export type FaultKind = 'server' | 'spawner' | 'agent';
+/** `outage+agent`: an agent process is killed while the server is down (its crash happens in the outage). */
+export type FaultKind = 'server' | 'spawner' | 'agent' | 'outage+agent';
 export interface FaultPlan {
   /** Wait after the previous fault (or the task's creation). */
   afterMs: number;
@@ -207,11 +208,20 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
 
   const inject = async (kind: FaultKind) => {
     const record: FaultRecord = { kind, atMs: since(), target: '', pid: 0 };
-    if (kind === 'server') {
+    if (kind === 'server' || kind === 'outage+agent') {
       serverDown = true;
       Object.assign(record, { target: 'server', pid: server.pid });
       opts.onFault?.(record);
       await killHard(server);
+      if (kind === 'outage+agent') {
+        await sleep(200 + opts.random() * 800);
+        const live = agentProcesses(workdir, taskId);
+        const victim = live[Math.floor(opts.random() * live.length)];
+        if (victim) {
+          process.kill(victim.pid, 'SIGKILL');
+          Object.assign(record, { target: `server, and agent ${names.get(victim.agentId) ?? victim.agentId} (pid ${victim.pid}) while it was down`, agentId: victim.agentId });
+        }
+      }
       await sleep(300 + opts.random() * 1200);
       server = await startServerProcess(opts.home, port, env);
       record.backAtMs = since();
