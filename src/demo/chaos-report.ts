@@ -36,7 +36,7 @@ function recovery(
     if (!lost) return ['no spawner.lost in this task (it held none of its agents, or the server never noticed)'];
     out.push(`${at(lost)}  spawner.lost: its agents ${lost.agent_ids.map(name).join(', ') || '(none)'} wait for another spawner`);
     for (const id of lost.agent_ids as string[]) {
-      const started = after(lost.ts * 1000 - 1, (e) => e.event === 'agent_started' && e.agent_id === id && e.seq > lost.seq);
+      const started = after(0, (e) => e.event === 'agent_started' && e.agent_id === id && e.seq > lost.seq);
       out.push(started ? `${at(started)}  ${name(id)} relaunched on ${started.spawner_id} (resumed: ${started.resumed})` : `${name(id)} was never relaunched`);
     }
     return out;
