@@ -14,11 +14,12 @@ import { PACKAGE_ROOT } from '../util/version.js';
  * leader, reviews with a rework, approval, the user's final Approve and the cascade — then
  * print what happened, from the event log.
  */
-export async function runDemo(options: { quiet?: boolean; keepHome?: boolean } = {}): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
+export async function runDemo(options: { quiet?: boolean; keepHome?: boolean; stepDelayMs?: number } = {}): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
   const say = (line: string) => options.quiet || process.stdout.write(line + '\n');
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-demo-'));
   const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), { logger: pino({ level: 'warn' }) });
   say(`server   ${server.url} (home ${home})`);
+  if (options.stepDelayMs) say(`dashboard ${server.url}/ with the admin token ${server.adminToken}`);
   const api = async (method: string, route: string, body?: unknown) => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
@@ -33,7 +34,15 @@ export async function runDemo(options: { quiet?: boolean; keepHome?: boolean } =
   const spawner = spawn(
     process.execPath,
     [path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'), 'spawner', '--server', server.url, '--token', token, '--adapter', 'command', '--command', agentCmd, '--workdir', path.join(home, 'agents'), '--spool-dir', path.join(home, 'spool')],
-    { env: { ...process.env, BEIDOU_SCRIPT: path.join(PACKAGE_ROOT, 'examples', 'demo-script.json'), BEIDOU_LOG_LEVEL: 'warn' }, stdio: ['ignore', options.quiet ? 'ignore' : 'inherit', 'inherit'] },
+    {
+      env: {
+        ...process.env,
+        BEIDOU_SCRIPT: path.join(PACKAGE_ROOT, 'examples', 'demo-script.json'),
+        BEIDOU_LOG_LEVEL: 'warn',
+        ...(options.stepDelayMs ? { BEIDOU_SCRIPT_DELAY_MS: String(options.stepDelayMs) } : {}),
+      },
+      stdio: ['ignore', options.quiet ? 'ignore' : 'inherit', 'inherit'],
+    },
   );
   try {
     const task = await api('POST', '/tasks', { task: 'Write a short report on Polaris, the North Star.', name: 'polaris report' });
@@ -68,7 +77,8 @@ export async function runDemo(options: { quiet?: boolean; keepHome?: boolean } =
   } finally {
     spawner.kill('SIGTERM');
     await server.close();
-    if (!options.keepHome) rmSync(home, { recursive: true, force: true });
+    if (options.keepHome) say(`home kept: ${home}`);
+    else rmSync(home, { recursive: true, force: true });
   }
 }
 
@@ -89,8 +99,51 @@ function summary(events: StoredEvent[], detail: any): void {
   console.log('  ' + pick.map((p) => `${p} ${counts.get(p) ?? 0}`).join(', '));
 }
 
+export interface DemoFlags {
+  chaos: boolean;
+  keep: boolean;
+  slow: boolean;
+  seed: number | undefined;
+}
+
+/** `--chaos`, `--keep`, `--slow` and `--seed N`, each on its own or together. */
+export function parseDemoFlags(argv: readonly string[]): DemoFlags {
+  const flags: DemoFlags = { chaos: false, keep: false, slow: false, seed: undefined };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--chaos') flags.chaos = true;
+    else if (arg === '--keep') flags.keep = true;
+    else if (arg === '--slow') flags.slow = true;
+    else if (arg === '--seed' || arg.startsWith('--seed=')) {
+      const value = arg === '--seed' ? argv[++i] : arg.slice('--seed='.length);
+      const seed = Number(value);
+      if (!Number.isInteger(seed) || seed < 0) throw new Error(`--seed needs a whole number (got ${value ?? 'nothing'})`);
+      flags.seed = seed;
+    } else throw new Error(`unknown flag ${arg}; usage: npm run demo -- [--chaos] [--keep] [--slow] [--seed N]`);
+  }
+  return flags;
+}
+
+/** How long a scripted agent waits before each step with --slow: slow enough to follow in the dashboard. */
+const SLOW_STEP_MS = 1_500;
+
 if (import.meta.url === `file://${process.argv[1]}`) {
-  runDemo().catch((err: unknown) => {
+  let flags: DemoFlags;
+  try {
+    flags = parseDemoFlags(process.argv.slice(2));
+  } catch (err) {
+    console.error((err as Error).message);
+    process.exit(2);
+  }
+  const stepDelayMs = flags.slow ? SLOW_STEP_MS : 0;
+  const run = flags.chaos
+    ? import('./chaos-demo.js').then(({ runChaosDemo }) =>
+        runChaosDemo({ keepHome: flags.keep, stepDelayMs, ...(flags.seed === undefined ? {} : { seed: flags.seed }) }).then((r) => {
+          if (r.error || r.stuck.length > 0 || r.leftovers.length > 0) process.exitCode = 1;
+        }),
+      )
+    : runDemo({ keepHome: flags.keep, stepDelayMs });
+  run.catch((err: unknown) => {
     console.error(err);
     process.exit(1);
   });
