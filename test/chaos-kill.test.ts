@@ -1,9 +1,8 @@
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectAgent, removeHome, tempHome, type TestAgent } from './support/server.js';
-import { spawnServer, type ServerProcess } from './support/process.js';
+import { spawnServer, type ServerProcess, processApi } from './support/process.js';
 
 /**
  * Agents send and read under load while the server is killed with SIGKILL several times at
@@ -50,15 +49,7 @@ describe('chaos: repeated SIGKILL under send and read load', () => {
     const context = `CHAOS_SEED=${seed}`;
     home = tempHome();
     proc = await spawnServer(home);
-    const adminToken = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
-    const api = async (method: string, route: string, body?: unknown) => {
-      const res = await fetch(`${proc!.url}/api${route}`, {
-        method,
-        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-      });
-      return res.json() as Promise<any>;
-    };
+    const api = processApi(home, () => proc!);
     const task = await api('POST', '/tasks', { task: 'chaos', spawn: false });
     const root = await connectAgent(proc.url, task.token);
     const team = await root.call('create_team', {

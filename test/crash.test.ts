@@ -1,9 +1,8 @@
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
 import { connectAgent, removeHome, tempHome, type TestAgent } from './support/server.js';
-import { spawnServer, type ServerProcess } from './support/process.js';
+import { spawnServer, type ServerProcess, processApi } from './support/process.js';
 
 /** kill -9 at an arbitrary instant loses nothing the server acknowledged. */
 describe('crash safety', () => {
@@ -23,15 +22,7 @@ describe('crash safety', () => {
   it('keeps every acknowledged message after SIGKILL mid-load, and delivers each exactly once', async () => {
     home = tempHome();
     proc = await spawnServer(home);
-    const adminToken = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
-    const api = async (method: string, route: string, body?: unknown) => {
-      const res = await fetch(`${proc!.url}/api${route}`, {
-        method,
-        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-      });
-      return res.json() as Promise<any>;
-    };
+    const api = processApi(home, () => proc!);
     const task = await api('POST', '/tasks', { task: 'crash test', spawn: false });
     const root = await connectAgent(proc.url, task.token);
     clients.push(root);

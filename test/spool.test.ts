@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readSpoolFile, Spool } from '../src/spawner/spool.js';
 import { eventsNamed, waitUntil } from './support/events.js';
-import { spawnServer, spawnSpawner, type ServerProcess, type SpawnerProcess } from './support/process.js';
+import { spawnServer, spawnSpawner, type ServerProcess, type SpawnerProcess, processApi } from './support/process.js';
 import { removeHome, startTestServer, tempHome, type TestServer } from './support/server.js';
 
 type Ev = { seq: number; ts: number; event: string; [k: string]: any };
@@ -141,15 +141,7 @@ describe('a server outage', () => {
     home = tempHome();
     const port = await freePort();
     proc = await spawnServer(home, {}, port);
-    const adminToken = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
-    const api = async (method: string, route: string, body?: unknown) => {
-      const res = await fetch(`${proc!.url}/api${route}`, {
-        method,
-        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-      });
-      return res.json() as Promise<any>;
-    };
+    const api = processApi(home, () => proc!);
     const work = mkdtempSync(path.join(os.tmpdir(), 'beidou-outage-'));
     dirs.push(work);
     const go = path.join(work, 'go');
@@ -219,15 +211,7 @@ describe('a server outage', () => {
     home = tempHome();
     const port = await freePort();
     proc = await spawnServer(home, {}, port);
-    const adminToken = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
-    const api = async (method: string, route: string, body?: unknown) => {
-      const res = await fetch(`${proc!.url}/api${route}`, {
-        method,
-        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-        ...(body ? { body: JSON.stringify(body) } : {}),
-      });
-      return res.json() as Promise<any>;
-    };
+    const api = processApi(home, () => proc!);
     const work = mkdtempSync(path.join(os.tmpdir(), 'beidou-outage-'));
     dirs.push(work);
     const scriptFile = path.join(work, 'script.json');

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -61,4 +61,20 @@ export function spawnSpawner(serverUrl: string, token: string, scriptFile: strin
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return { child, exited, stderr: () => stderr };
+}
+
+/**
+ * The admin API of a server process whose admin token is in `home` (the current process of
+ * `current()`, so it follows a restart on another port).
+ */
+export function processApi(home: string, current: () => { url: string }) {
+  const adminToken = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
+  return async (method: string, route: string, body?: unknown): Promise<any> => {
+    const res = await fetch(`${current().url}/api${route}`, {
+      method,
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    return res.json();
+  };
 }
