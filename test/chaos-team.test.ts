@@ -66,8 +66,9 @@ describe('chaos: a scripted team under SIGKILL of the server, a spawner and agen
     const random = seeded(SEED);
     const kinds = ['server', 'spawner', 'agent', 'agent', 'agent', 'outage+agent'] as const;
     const plan = planFaults(random, [...kinds], 400, 1_500);
-    // Paced, so that the six faults land before the team is done.
-    const result = await run(plan, 85_000, random, { BEIDOU_SCRIPT_DELAY_MS: '300' });
+    // Paced, so that the six faults land while agents are still at work (the harness also
+    // holds the root's final approval until the last fault has landed).
+    const result = await run(plan, 95_000, random, { BEIDOU_SCRIPT_DELAY_MS: '600' });
     const faults = result.faults.map((f) => `${f.kind}@${(f.atMs / 1000).toFixed(1)}s:${f.target}`).join(', ');
     const context = `CHAOS_SEED=${SEED} (faults: ${faults})`;
     console.log(`chaos-team ${context}; ${result.error ?? `done in ${result.durationMs} ms`}`);

@@ -155,6 +155,8 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
   let ended = false;
   let done = false;
   let stopped = false;
+  /** Every planned fault injected (or the run stopped): until then the root's hand-off waits. */
+  let faultsOver = opts.faults.length === 0;
   let agents: Array<Record<string, any>> = [];
   let serverDown = false;
 
@@ -186,6 +188,9 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
       for (const e of body.events as Ev[]) take(e);
     }
     for (const [qid, answers] of toAnswer) {
+      // The root's hand-off is approved only once every fault has landed: a fast machine
+      // would otherwise end the task before the last one (the task cannot end without it).
+      if (!faultsOver && asked.get(qid)?.origin === 'root_review') continue;
       const { status } = await api('POST', `/questions/${qid}/answer`, { answers });
       if (status === 200 || status === 409) toAnswer.delete(qid);
     }
@@ -262,7 +267,7 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
       if (done || stopped) return;
       await inject(plan.kind);
     }
-  })();
+  })().finally(() => (faultsOver = true));
 
   let error: string | null = null;
   while (!done) {
