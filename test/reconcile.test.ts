@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { createParser } from 'eventsource-parser';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { handSpawner } from './support/spawner-stream.js';
 import { durableEvents, eventsNamed, waitForEvent, waitUntil } from './support/events.js';
 import { until } from './support/poll.js';
 import { spawnSpawner, type SpawnerProcess } from './support/process.js';
@@ -36,38 +36,7 @@ describe('reconciliation, hand-driven spawner', () => {
   });
 
   async function spawner(instance: string) {
-    const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
-    const headers = { authorization: `Bearer ${token}`, 'beidou-spawner-instance': instance };
-    const controller = new AbortController();
-    streams.push(controller);
-    const res = await fetch(`${ts.url}/api/spawner/stream?max_agents=4&name=${instance}`, { headers, signal: controller.signal });
-    const queue: any[] = [];
-    let wake: (() => void) | null = null;
-    const parser = createParser({
-      onEvent: (e) => {
-        queue.push(JSON.parse(e.data));
-        wake?.();
-      },
-    });
-    void (async () => {
-      const decoder = new TextDecoder();
-      try {
-        for await (const chunk of res.body!) parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
-      } catch {
-        // aborted at the end of the test
-      }
-    })();
-    const next = async (type: string, agentId?: string): Promise<any> => {
-      for (;;) {
-        const i = queue.findIndex((c) => c.type === type && (!agentId || c.agent_id === agentId));
-        if (i >= 0) return queue.splice(i, 1)[0];
-        await new Promise<void>((r) => (wake = r));
-      }
-    };
-    const post = async (route: string, body: unknown) => {
-      const r = await fetch(`${ts.url}/api/spawner${route}`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-      return { status: r.status, body: (await r.json()) as any };
-    };
+    const { next, post } = await handSpawner(ts, instance, streams);
     /** A heartbeat reporting these agents as running (with made-up pids). */
     const beat = (ids: string[]) => post('/heartbeat', { agents: ids.map((agent_id, i) => ({ agent_id, pid: 1000 + i, session_id: null })) });
     return { next, post, beat };

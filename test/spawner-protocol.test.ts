@@ -1,5 +1,5 @@
-import { createParser } from 'eventsource-parser';
 import { afterEach, describe, expect, it } from 'vitest';
+import { handSpawner } from './support/spawner-stream.js';
 import { durableEvents, eventsNamed, waitForEvent } from './support/events.js';
 import { connectAgent, FakeClock, removeHome, startTestServer, type TestServer } from './support/server.js';
 
@@ -18,40 +18,9 @@ describe('spawner protocol', () => {
 
   /** A spawner identity (token + instance) with its command stream open. */
   async function spawner(instance: string, maxAgents = 4) {
-    const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
-    const headers = { authorization: `Bearer ${token}`, 'beidou-spawner-instance': instance };
-    const controller = new AbortController();
-    streams.push(controller);
-    const res = await fetch(`${ts.url}/api/spawner/stream?max_agents=${maxAgents}&name=${instance}`, { headers, signal: controller.signal });
-    expect(res.status).toBe(200);
-    const queue: any[] = [];
-    let wake: (() => void) | null = null;
-    const parser = createParser({
-      onEvent: (e) => {
-        queue.push(JSON.parse(e.data));
-        wake?.();
-      },
-    });
-    void (async () => {
-      const decoder = new TextDecoder();
-      try {
-        for await (const chunk of res.body!) parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
-      } catch {
-        // aborted at the end of the test
-      }
-    })();
-    const next = async (type?: string): Promise<any> => {
-      for (;;) {
-        const i = queue.findIndex((c) => !type || c.type === type);
-        if (i >= 0) return queue.splice(i, 1)[0];
-        await new Promise<void>((r) => (wake = r));
-      }
-    };
-    const post = async (route: string, body: unknown) => {
-      const r = await fetch(`${ts.url}/api/spawner${route}`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-      return { status: r.status, body: (await r.json()) as any };
-    };
-    return { next, post, headers, token };
+    const s = await handSpawner(ts, instance, streams, maxAgents);
+    expect(s.status).toBe(200);
+    return s;
   }
 
   it('hello, launch, started, deliver and ack, drained events, terminate and ack', async () => {
