@@ -97,14 +97,43 @@ program
 
 program
   .command('hook')
-  .description('a Claude Code hook command: pre-tool-use, post-tool-use or stop (reads the hook JSON on stdin)')
-  .argument('<event>', 'pre-tool-use | post-tool-use | stop')
-  .action(async (event: string) => {
-    const { hook, HookUsageError } = await import('./hook.js');
-    await hook(event).catch((err: unknown) => {
-      throw err instanceof HookUsageError ? new CliError(err.message, 2) : err;
+  .description('a Claude Code hook command: pre-tool-use, post-tool-use, stop, session-start or rewake (reads the hook JSON on stdin)')
+  .argument('<event>', 'pre-tool-use | post-tool-use | stop | session-start | rewake')
+  .option('--server <url>', 'the server base URL (default BEIDOU_SERVER)')
+  .option('--token-file <file>', 'read the agent token from this file (default BEIDOU_TOKEN)')
+  .option('--home <dir>', 'the Beidou home whose wake/ folder relays and waiters share')
+  .action(async (event: string, opts: { server?: string; tokenFile?: string; home?: string }) => {
+    const { hook } = await import('./hook.js');
+    // Failures exit 1, never 2: to Claude Code 2 blocks the tool (or wakes the model).
+    process.exitCode = await hook(event, opts).catch((err: unknown) => {
+      process.stderr.write(`beidou hook: ${(err as Error).message}\n`);
+      return 1;
     });
   });
+
+clientOptions(
+  program
+    .command('attach')
+    .description('make the Claude Code you start in this folder an agent: MCP server, hooks, and a relay that wakes it on mail')
+    .option('--agent <agent_id>', 'the agent to be (beidou task start --no-spawn prints the root\'s)')
+    .option('--token-file <file>', 'where the agent token is kept, outside the project (default <home>/agents/<agent_id>.token)')
+    .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
+    .option('--remove', 'undo beidou attach in this folder')
+    .option('--check', 'print how a session here gets woken: socket, rewake or hooks-only')
+    .option('--json', 'print JSON'),
+).action(async (opts) => (await import('./wake/attach.js')).attach(opts));
+
+program
+  .command('relay')
+  .description('wake a Claude Code session when its agent gets mail (started by beidou hook session-start)')
+  .requiredOption('--socket <path>', 'the session\'s messaging socket (CLAUDE_CODE_MESSAGING_SOCKET)')
+  .requiredOption('--session-id <id>', 'the session id (CLAUDE_CODE_SESSION_ID)')
+  .option('--token-file <file>', 'the agent token file (default BEIDOU_TOKEN from the environment)')
+  .option('--claude-pid <pid>', 'the Claude Code process: the relay ends with it')
+  .option('--server <url>', 'the server base URL (BEIDOU_SERVER, default http://127.0.0.1:7777)')
+  .option('--home <dir>', 'the Beidou home (BEIDOU_HOME, default ~/.beidou)')
+  .option('--agent <agent_id>', 'the agent, for beidou attach --check')
+  .action(async (opts) => (await import('./wake/relay-command.js')).relayCommand(opts));
 
 program
   .command('stats')

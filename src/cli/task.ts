@@ -1,4 +1,4 @@
-import { api, type ClientOptions } from './client.js';
+import { api, serverUrl, type ClientOptions } from './client.js';
 
 interface CreatedTask {
   task_id: string;
@@ -29,19 +29,29 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
   const created = await api<CreatedTask>(opts, 'POST', '/tasks', body);
   const claudeLine = `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`;
   if (opts.json) {
-    process.stdout.write(JSON.stringify({ ...created, claude_mcp_add: claudeLine }) + '\n');
+    process.stdout.write(JSON.stringify({ ...created, claude_mcp_add: claudeLine, attach: `beidou attach --agent ${created.root_agent_id} --server ${serverUrl(opts)}` }) + '\n');
     return;
   }
-  process.stdout.write(
-    [
-      `task_id:       ${created.task_id}`,
-      `root_agent_id: ${created.root_agent_id}`,
-      `mcp_url:       ${created.mcp_url}`,
-      `token:         ${created.token}`,
-      opts.spawn ? 'the root agent is queued for a spawner' : 'no spawner will run the root: connect your own client, e.g.',
+  const server = serverUrl(opts);
+  const attachLine = `beidou attach --agent ${created.root_agent_id}${server === serverUrl({}) ? '' : ` --server ${server}`}`;
+  const lines = [
+    `task_id:       ${created.task_id}`,
+    `root_agent_id: ${created.root_agent_id}`,
+    `mcp_url:       ${created.mcp_url}`,
+    `token:         ${created.token}`,
+  ];
+  if (opts.spawn) lines.push('the root agent is queued for a spawner', '');
+  else {
+    lines.push(
+      'no spawner will run the root: be it yourself. In the folder to work in, run',
+      '',
+      `  ${attachLine}`,
+      '',
+      'then start claude there (a message wakes it when idle). Another MCP client:',
       '',
       claudeLine,
       '',
-    ].join('\n'),
-  );
+    );
+  }
+  process.stdout.write(lines.join('\n'));
 }

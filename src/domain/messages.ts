@@ -31,6 +31,34 @@ export function displayName(state: RegistryState, id: string): string {
   return state.agents.get(id)?.name ?? id;
 }
 
+/** What an inbox holds, without a word of its contents: how many, from whom, the newest id. */
+export interface InboxSummary {
+  count: number;
+  /** Senders in the order of their oldest waiting message. */
+  senders: Array<{ agent_id: string; name: string; count: number }>;
+  /** The newest waiting message, so a watcher can tell new mail from mail it already rang for. */
+  latest: string | null;
+}
+
+export function inboxSummary(state: RegistryState, agent: Pick<AgentRecord, 'inbox'>): InboxSummary {
+  const senders = new Map<string, { agent_id: string; name: string; count: number }>();
+  let latest: string | null = null;
+  for (const m of agent.inbox.values()) {
+    const s = senders.get(m.from);
+    if (s) s.count += 1;
+    else senders.set(m.from, { agent_id: m.from, name: displayName(state, m.from), count: 1 });
+    latest = m.message_id;
+  }
+  return { count: agent.inbox.size, senders: [...senders.values()], latest };
+}
+
+/** Why an inbox watcher has nothing more to wait for, or null while the agent can still get mail. */
+export function inboxWatchEnd(state: RegistryState, agent: Pick<AgentRecord, 'task_id' | 'terminate_consumed'>): 'agent_terminated' | 'task_ended' | null {
+  if (agent.terminate_consumed) return 'agent_terminated';
+  const task = state.tasks.get(agent.task_id);
+  return task && task.status !== 'running' ? 'task_ended' : null;
+}
+
 /**
  * The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`, after a
  * `[redelivered] ` prefix when an earlier delivery of it may have reached the agent.

@@ -1,0 +1,290 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { defaultHome } from '../../config.js';
+import { adminToken, api, CliError, serverUrl, type ClientOptions } from '../client.js';
+import { liveSessions, ringable } from './claude-sessions.js';
+import { WakeState, type WakePath } from './wake-state.js';
+
+/**
+ * `beidou attach --agent ID`: makes plain `claude`, started in this folder, that agent. The
+ * MCP server goes into Claude Code's local scope (kept in ~/.claude.json, never in the
+ * project) with a headers helper that reads the agent's token from a 0600 file outside the
+ * project; the hooks and the permission for Beidou's tools go into
+ * `.claude/settings.local.json`. No file in the project holds a token.
+ */
+export interface AttachOptions extends ClientOptions {
+  agent?: string;
+  tokenFile?: string;
+  claudeBin?: string;
+  remove?: boolean;
+  check?: boolean;
+  json?: boolean;
+}
+
+const HOOK_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'hook-main.js');
+/** The wake hooks wait in the background for a week; each Stop re-arms them. */
+const WAIT_TIMEOUT_S = 7 * 24 * 3600;
+const ALLOW_RULE = 'mcp__beidou__*';
+const SERVER_NAME = 'beidou';
+/** The first Claude Code version seen to speak messaging peer protocol 1 and asyncRewake hooks. */
+const FIRST_WAKE_VERSION = [2, 1, 332];
+
+type Json = Record<string, any>;
+
+const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+const ours = (hook: { command?: unknown }) => typeof hook.command === 'string' && hook.command.includes('hook-main.js');
+
+function settingsFile(dir: string): string {
+  return path.join(dir, '.claude', 'settings.local.json');
+}
+
+function readJson(file: string): Json {
+  if (!existsSync(file)) return {};
+  try {
+    const parsed = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) return parsed as Json;
+  } catch {
+    // fall through
+  }
+  throw new CliError(`${file} is not a JSON object; fix or remove it first`, 2);
+}
+
+function writeFileAtomic(file: string, text: string, mode: number): void {
+  mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, text, { mode });
+  renameSync(tmp, file);
+}
+
+/** The settings without any hook or rule this command wrote (others' entries are kept). */
+function withoutOurs(settings: Json): Json {
+  const out: Json = { ...settings };
+  if (out.hooks && typeof out.hooks === 'object') {
+    const hooks: Json = {};
+    for (const [event, groups] of Object.entries(out.hooks as Json)) {
+      if (!Array.isArray(groups)) {
+        hooks[event] = groups;
+        continue;
+      }
+      const kept = groups
+        .map((g: Json) => (Array.isArray(g?.hooks) ? { ...g, hooks: g.hooks.filter((h: Json) => !ours(h)) } : g))
+        .filter((g: Json) => !Array.isArray(g?.hooks) || g.hooks.length > 0);
+      if (kept.length > 0) hooks[event] = kept;
+    }
+    if (Object.keys(hooks).length > 0) out.hooks = hooks;
+    else delete out.hooks;
+  }
+  if (Array.isArray(out.permissions?.allow)) {
+    const allow = out.permissions.allow.filter((r: unknown) => r !== ALLOW_RULE);
+    out.permissions = { ...out.permissions, allow };
+    if (allow.length === 0) delete out.permissions.allow;
+    if (Object.keys(out.permissions).length === 0) delete out.permissions;
+  }
+  return out;
+}
+
+export function hookCommand(event: string, o: { server: string; tokenFile: string; home: string }): string {
+  return [quote(process.execPath), quote(HOOK_MAIN), event, '--server', quote(o.server), '--token-file', quote(o.tokenFile), '--home', quote(o.home)].join(' ');
+}
+
+export function attachedSettings(settings: Json, o: { server: string; tokenFile: string; home: string }): Json {
+  const base = withoutOurs(settings);
+  const cmd = (event: string, extra: Json = {}) => ({ type: 'command', command: hookCommand(event, o), ...extra });
+  const wait = { asyncRewake: true, timeout: WAIT_TIMEOUT_S };
+  const add: Json = {
+    PreToolUse: [{ matcher: '*', hooks: [cmd('pre-tool-use')] }],
+    PostToolUse: [{ matcher: '*', hooks: [cmd('post-tool-use')] }],
+    Stop: [{ hooks: [cmd('stop'), cmd('rewake', wait)] }],
+    SessionStart: [{ hooks: [cmd('session-start', wait)] }],
+  };
+  const hooks: Json = { ...(base.hooks ?? {}) };
+  for (const [event, groups] of Object.entries(add)) hooks[event] = [...(hooks[event] ?? []), ...groups];
+  const allow = [...(base.permissions?.allow ?? []), ALLOW_RULE];
+  return { ...base, permissions: { ...(base.permissions ?? {}), allow }, hooks };
+}
+
+function isAttached(settings: Json): boolean {
+  return JSON.stringify(withoutOurs(settings)) !== JSON.stringify(settings);
+}
+
+function claudeBin(opts: AttachOptions): string {
+  return opts.claudeBin ?? process.env.BEIDOU_CLAUDE_BIN ?? 'claude';
+}
+
+function runClaude(opts: AttachOptions, args: string[], dir: string): string {
+  try {
+    return execFileSync(claudeBin(opts), args, { cwd: dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException & { stderr?: string };
+    if (e.code === 'ENOENT') throw new CliError(`Claude Code not found (${claudeBin(opts)}): install it, or pass --claude-bin`, 2);
+    throw new CliError(`claude ${args.join(' ')} failed: ${(e.stderr ?? e.message).trim().split('\n').slice(-3).join(' ')}`);
+  }
+}
+
+/** Removes the local-scope server if there is one (Claude Code answers an error when there is none). */
+function removeMcpServer(opts: AttachOptions, dir: string): boolean {
+  try {
+    runClaude(opts, ['mcp', 'remove', '--scope', 'local', SERVER_NAME], dir);
+    return true;
+  } catch (err) {
+    if (err instanceof CliError && err.exitCode === 2) throw err; // no Claude Code at all
+    return false;
+  }
+}
+
+function tokenFileOf(opts: AttachOptions, home: string, agent: string): string {
+  return path.resolve(opts.tokenFile ?? path.join(home, 'agents', `${agent}.token`));
+}
+
+export async function attach(opts: AttachOptions): Promise<void> {
+  const dir = process.cwd();
+  if (opts.check) return check(opts, dir);
+  if (opts.remove) return remove(opts, dir);
+  if (!opts.agent) throw new CliError('--agent ID is required (or --check, or --remove)', 2);
+  const home = path.resolve(opts.home ?? defaultHome());
+  const server = serverUrl(opts);
+  const tokenFile = tokenFileOf(opts, home, opts.agent);
+  const projectRoot = path.resolve(dir) + path.sep;
+  if (tokenFile.startsWith(projectRoot)) throw new CliError(`--token-file ${tokenFile} is inside this project; keep the token outside it`, 2);
+
+  const agent = await api<{ agent_id: string; task_id: string; name?: string }>(opts, 'GET', `/agents/${encodeURIComponent(opts.agent)}`);
+  let token: string;
+  try {
+    adminToken(opts);
+    token = (await api<{ token: string }>(opts, 'POST', `/agents/${encodeURIComponent(agent.agent_id)}/token`, {})).token;
+  } catch (err) {
+    throw err instanceof CliError ? err : new CliError((err as Error).message);
+  }
+  writeFileAtomic(tokenFile, token + '\n', 0o600);
+
+  removeMcpServer(opts, dir);
+  runClaude(
+    opts,
+    ['mcp', 'add-json', '--scope', 'local', SERVER_NAME, JSON.stringify({ type: 'http', url: `${server}/mcp`, headersHelper: hookCommand('mcp-headers', { server, tokenFile, home }) })],
+    dir,
+  );
+  const file = settingsFile(dir);
+  writeFileAtomic(file, JSON.stringify(attachedSettings(readJson(file), { server, tokenFile, home }), null, 2) + '\n', 0o644);
+
+  const out = { agent_id: agent.agent_id, task_id: agent.task_id, dir, server, mcp_url: `${server}/mcp`, token_file: tokenFile, settings: file };
+  if (opts.json) return void process.stdout.write(JSON.stringify(out) + '\n');
+  process.stdout.write(
+    [
+      `attached ${agent.agent_id}${agent.name ? ` (${agent.name})` : ''} of task ${agent.task_id} to ${dir}`,
+      `  MCP server "${SERVER_NAME}" (Claude Code local scope) -> ${server}/mcp`,
+      `  token:    ${tokenFile} (0600; read by the MCP headers helper, the hooks and the relay)`,
+      `  settings: ${file} (hooks, and ${ALLOW_RULE} allowed)`,
+      'Start claude in this folder: it is that agent, and a message wakes it when idle.',
+      'beidou attach --check tells which way it will be woken.',
+      '',
+    ].join('\n'),
+  );
+}
+
+/** The token file the installed hooks name, read back from the settings. */
+function installedTokenFile(settings: Json): string | null {
+  for (const groups of Object.values((settings.hooks ?? {}) as Json)) {
+    if (!Array.isArray(groups)) continue;
+    for (const g of groups) {
+      for (const h of Array.isArray(g?.hooks) ? g.hooks : []) {
+        const m = ours(h) ? /--token-file '((?:[^']|'\\'')*)'/.exec(h.command as string) : null;
+        if (m) return m[1]!.replace(/'\\''/g, "'");
+      }
+    }
+  }
+  return null;
+}
+
+async function remove(opts: AttachOptions, dir: string): Promise<void> {
+  const file = settingsFile(dir);
+  const settings = readJson(file);
+  const tokenFile = opts.tokenFile ? path.resolve(opts.tokenFile) : installedTokenFile(settings);
+  const hadSettings = isAttached(settings);
+  if (hadSettings) {
+    const rest = withoutOurs(settings);
+    if (Object.keys(rest).length === 0) rmSync(file, { force: true });
+    else writeFileAtomic(file, JSON.stringify(rest, null, 2) + '\n', 0o644);
+  }
+  const hadServer = removeMcpServer(opts, dir);
+  const hadToken = !!tokenFile && existsSync(tokenFile);
+  if (tokenFile) rmSync(tokenFile, { force: true });
+  if (!hadSettings && !hadServer && !hadToken) throw new CliError(`nothing of beidou attach to remove in ${dir}`);
+  process.stdout.write(
+    [
+      `detached ${dir}:`,
+      `  hooks and permission: ${hadSettings ? `removed from ${file}` : 'none were there'}`,
+      `  MCP server "${SERVER_NAME}": ${hadServer ? 'removed from Claude Code\'s local scope' : 'none was there'}`,
+      `  token file: ${hadToken ? `${tokenFile} deleted` : 'none'}`,
+      'A running Claude Code session keeps what it loaded until it ends; its relay ends with it.',
+      '',
+    ].join('\n'),
+  );
+}
+
+function versionOf(opts: AttachOptions, dir: string): number[] | null {
+  try {
+    const m = /(\d+)\.(\d+)\.(\d+)/.exec(runClaude(opts, ['--version'], dir));
+    return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : null;
+  } catch {
+    return null;
+  }
+}
+
+const atLeast = (v: number[], min: number[]) => {
+  for (let i = 0; i < min.length; i++) if (v[i]! !== min[i]!) return v[i]! > min[i]!;
+  return true;
+};
+
+export interface CheckResult {
+  path: WakePath | 'hooks-only';
+  why: string;
+  session?: { pid: number; session_id: string | null; version: string | null };
+}
+
+function sameDir(a: string, b: string): boolean {
+  try {
+    return realpathSync(a) === realpathSync(b);
+  } catch {
+    return path.resolve(a) === path.resolve(b);
+  }
+}
+
+export function checkPaths(opts: AttachOptions, dir: string): CheckResult[] {
+  const settings = readJson(settingsFile(dir));
+  if (!isAttached(settings)) throw new CliError(`${dir} is not attached: run beidou attach --agent ID here first`);
+  const home = path.resolve(opts.home ?? defaultHome());
+  const state = new WakeState(home);
+  const running = liveSessions().filter((s) => s.cwd && sameDir(s.cwd, dir));
+  if (running.length > 0) {
+    return running.map((s) => {
+      const session = { pid: s.pid, session_id: s.sessionId, version: s.version };
+      const wake = state.sessionWake(`pid:${s.pid}`) ?? (s.sessionId ? state.sessionWake(`sid:${s.sessionId}`) : null);
+      if (wake?.path === 'socket') return { path: 'socket' as const, why: `relay ${wake.pid} rings ${wake.socket}`, session };
+      if (wake?.path === 'rewake') return { path: 'rewake' as const, why: `rewake hook ${wake.pid} waits for mail (no messaging socket)`, session };
+      const why = ringable(s)
+        ? `the session has a socket but no relay runs for it (see ${path.join(state.dir, `relay-${s.pid}.log`)})`
+        : 'no relay and no rewake hook runs for this session (started before beidou attach, or with --bare?)';
+      return { path: 'hooks-only' as const, why, session };
+    });
+  }
+  const version = versionOf(opts, dir);
+  if (!version) return [{ path: 'hooks-only', why: `no session runs here and ${claudeBin(opts)} --version did not answer` }];
+  if (!atLeast(version, FIRST_WAKE_VERSION)) {
+    return [{ path: 'hooks-only', why: `Claude Code ${version.join('.')} is older than ${FIRST_WAKE_VERSION.join('.')}: messages arrive after a tool call, at a stop, or by read_inbox` }];
+  }
+  if (process.env.CLAUDE_CODE_HARBOR_KITE === '0') {
+    return [{ path: 'rewake', why: 'CLAUDE_CODE_HARBOR_KITE=0 switches the messaging socket off: the asyncRewake hooks will wake the session' }];
+  }
+  return [{ path: 'socket', why: `expected with Claude Code ${version.join('.')} (no session runs here yet: start claude and check again to confirm)` }];
+}
+
+function check(opts: AttachOptions, dir: string): void {
+  const results = checkPaths(opts, dir);
+  if (opts.json) return void process.stdout.write(JSON.stringify(results) + '\n');
+  for (const r of results) {
+    const who = r.session ? `session ${r.session.pid}${r.session.version ? ` (Claude Code ${r.session.version})` : ''}: ` : '';
+    process.stdout.write(`${r.path}\t${who}${r.why}\n`);
+  }
+}

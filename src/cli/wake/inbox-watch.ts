@@ -1,0 +1,76 @@
+import { createParser } from 'eventsource-parser';
+import type { InboxSummary } from '../../domain/messages.js';
+
+/**
+ * Follows an agent's inbox through `GET /api/hook/inbox/stream`, reconnecting across server
+ * restarts and network cuts (each connection starts with the current summary, so nothing is
+ * missed). Ends when the server says the agent can get no more mail, when it refuses the
+ * token (terminated, or not a token), or when the signal aborts.
+ */
+export type WatchEnd = { kind: 'ended'; reason: string } | { kind: 'refused'; status: number; message: string } | { kind: 'aborted' };
+
+export interface WatchOptions {
+  server: string;
+  /** Read at each connection, so a token file rewritten by `beidou attach` is picked up. */
+  token: () => string;
+  onSummary: (summary: InboxSummary) => void;
+  /** Connection trouble, for the relay's log. */
+  onTrouble?: (message: string) => void;
+  signal: AbortSignal;
+}
+
+const BACKOFF_MS = [250, 500, 1_000, 2_000, 5_000, 10_000];
+
+export async function watchInbox(opts: WatchOptions): Promise<WatchEnd> {
+  let failures = 0;
+  while (!opts.signal.aborted) {
+    const end = await once(opts).catch((err: unknown) => {
+      if (opts.signal.aborted) return { kind: 'aborted' as const };
+      opts.onTrouble?.(`inbox stream: ${(err as Error).message}`);
+      return null;
+    });
+    if (end && end !== 'reconnect') return end;
+    if (end === 'reconnect') failures = 0;
+    const delay = BACKOFF_MS[Math.min(failures++, BACKOFF_MS.length - 1)]!;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, delay);
+      opts.signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
+    });
+  }
+  return { kind: 'aborted' };
+}
+
+/** One connection: its end, or 'reconnect' when the stream closed without saying why. */
+async function once(opts: WatchOptions): Promise<WatchEnd | 'reconnect'> {
+  const res = await fetch(`${opts.server}/api/hook/inbox/stream`, {
+    headers: { authorization: `Bearer ${opts.token()}`, accept: 'text/event-stream' },
+    signal: opts.signal,
+  });
+  if (res.status === 401 || res.status === 403 || res.status === 404) {
+    const body = (await res.json().catch(() => ({}))) as { error?: string; message?: string };
+    return { kind: 'refused', status: res.status, message: `${body.error ?? res.status}: ${body.message ?? ''}` };
+  }
+  if (!res.ok || !res.body) {
+    await res.body?.cancel();
+    throw new Error(`the server answered ${res.status}`);
+  }
+  let ended: WatchEnd | null = null;
+  const parser = createParser({
+    onEvent: (e) => {
+      let data: unknown;
+      try {
+        data = JSON.parse(e.data);
+      } catch {
+        return;
+      }
+      if (e.event === 'inbox') opts.onSummary(data as InboxSummary);
+      else if (e.event === 'ended') ended = { kind: 'ended', reason: String((data as { reason?: unknown }).reason) };
+    },
+  });
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body) {
+    parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
+    if (ended) break;
+  }
+  return ended ?? 'reconnect';
+}

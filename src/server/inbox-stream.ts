@@ -1,0 +1,83 @@
+import type { Request, Response } from 'express';
+import { createSession } from 'better-sse';
+import { settingName } from '../config.js';
+import { limitExceeded } from '../domain/errors.js';
+import { inboxSummary, inboxWatchEnd } from '../domain/messages.js';
+import type { Services } from '../runtime/services.js';
+import { fromDomainError } from './http-errors.js';
+
+/**
+ * `GET /api/hook/inbox/stream` (agent tokens): the agent's inbox as it changes, for the
+ * `beidou relay` and the rewake hook that wake an idle Claude Code session
+ * (docs/claude-code.md). Counts and sender names only, never contents: the messages stay in
+ * the inbox until the agent takes them, so delivery stays exactly-once. Not an MCP session;
+ * like every response, never timed out. Each agent may hold as many of these streams as MCP
+ * sessions (BEIDOU_MAX_SESSIONS_PER_AGENT).
+ *
+ * Events: `inbox` {count, senders, latest} on connect and whenever that changes; `ended`
+ * {reason: agent_terminated | task_ended}, after which the server closes the stream.
+ */
+export function inboxStream(services: Services, stopping: AbortSignal) {
+  const { registry, config } = services;
+  const open = new Map<string, number>();
+
+  return async (req: Request, res: Response): Promise<void> => {
+    const p = req.principal;
+    if (p?.kind !== 'agent') throw new Error('inbox stream without an agent principal');
+    const agentId = p.agentId;
+    const held = open.get(agentId) ?? 0;
+    if (held >= config.maxSessionsPerAgent) {
+      throw fromDomainError(
+        limitExceeded(
+          'inbox_streams_per_agent',
+          config.maxSessionsPerAgent,
+          settingName('maxSessionsPerAgent'),
+          `agent ${agentId} already has ${config.maxSessionsPerAgent} inbox streams open; close one first`,
+        ),
+      );
+    }
+    open.set(agentId, held + 1);
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      const n = (open.get(agentId) ?? 1) - 1;
+      if (n > 0) open.set(agentId, n);
+      else open.delete(agentId);
+    };
+    res.once('close', release);
+
+    const session = await createSession(req, res, { keepAlive: 15_000 });
+    const taskId = registry.agent(agentId)!.task_id;
+    let last = '';
+    let unsubscribe = () => {};
+    let finished = false;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      unsubscribe();
+      stopping.removeEventListener('abort', finish);
+      release();
+      res.end();
+    };
+    const update = () => {
+      if (finished) return;
+      const agent = registry.agent(agentId);
+      if (!agent) return finish();
+      const ended = inboxWatchEnd(registry.state, agent);
+      const summary = JSON.stringify(inboxSummary(registry.state, agent));
+      if (summary !== last) {
+        last = summary;
+        session.push(JSON.parse(summary), 'inbox');
+      }
+      if (ended) {
+        session.push({ reason: ended }, 'ended');
+        finish();
+      }
+    };
+    unsubscribe = registry.log.subscribe(taskId, update);
+    stopping.addEventListener('abort', finish, { once: true });
+    session.on('disconnected', finish);
+    update();
+  };
+}
