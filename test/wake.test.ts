@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpath
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { findSession, liveSessions, pidAlive, type ClaudeSession } from '../src/cli/wake/claude-sessions.js';
+import { liveSessions, pidAlive, type ClaudeSession } from '../src/cli/wake/claude-sessions.js';
 import { WakeState } from '../src/cli/wake/wake-state.js';
 import { CLAUDE, claudeEnv, settleClaudeHome, startTmuxClaude, type TmuxClaude } from './support/claude-tmux.js';
 import { eventsNamed, waitForEvent, type AnyEvent } from './support/events.js';
@@ -71,7 +71,12 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
 
   function startClaude(s: Setup, args: string[] = []): TmuxClaude {
     const claude = startTmuxClaude(s.project, s.env, args);
-    cleanups.push(() => claude.kill());
+    cleanups.push(async () => {
+      const pids = liveSessions(s.env).filter((x) => x.cwd === s.project).map((x) => x.pid);
+      claude.kill();
+      // Its files are written until it is gone; the throwaway HOME is removed after.
+      await until('Claude Code to exit', () => (pids.some(pidAlive) ? undefined : true), STEP_MS);
+    });
     return claude;
   }
 
@@ -116,44 +121,35 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
 
   const delivered = (events: AnyEvent[], messageId: string) => eventsNamed(events, 'agent_input', (e) => (e.message_ids ?? [e.message_id]).includes(messageId));
 
-  it('socket: a REST message and a send_message each wake the idle session within 5 s; read_inbox returns each once; the relay ends with the session', async () => {
-    const s = await setup();
-    const printed = await attach(s);
-    expect(printed).toContain(`attached ${s.task.root_agent_id}`);
-
-    // No file in the project holds the token; the token file is 0600 and outside it.
-    const settingsText = readFileSync(path.join(s.project, '.claude', 'settings.local.json'), 'utf8');
-    expect(settingsText).not.toContain(s.task.token.split('.')[2]!);
-    const settings = JSON.parse(settingsText);
-    expect(settings.permissions.allow).toContain('mcp__beidou__*');
-    expect(Object.keys(settings.hooks).sort()).toEqual(['PostToolUse', 'PreToolUse', 'SessionStart', 'Stop']);
-    const tokenFile = path.join(s.ts.home, 'agents', `${s.task.root_agent_id}.token`);
-    expect(statSync(tokenFile).mode & 0o777).toBe(0o600);
-    const claudeJson = readFileSync(path.join(s.home, '.claude.json'), 'utf8');
-    expect(claudeJson).toContain(`${s.ts.url}/mcp`);
-    expect(claudeJson).not.toContain(readFileSync(tokenFile, 'utf8').trim());
-
+  /**
+   * The session idle at its prompt: a message from the user (REST) and one from another agent
+   * (send_message) each start a model request within 5 s; the session's read_inbox returns
+   * each message once. Returns the session, and the pid of what woke it.
+   */
+  async function twoWakes(s: Setup, claude: TmuxClaude, path: 'socket' | 'rewake') {
     s.fake.push(
       { tools: [{ name: 'mcp__beidou__read_inbox', input: {} }] },
       { text: 'Read the first message.' },
       { tools: [{ name: 'mcp__beidou__read_inbox', input: {} }] },
       { text: 'Read the second message.' },
     );
-    const claude = startClaude(s);
     const session = await idleSession(s, claude);
     const state = new WakeState(s.ts.home);
-    const relay = await until('the relay to start', () => state.sessionWake(`pid:${session.pid}`) ?? undefined, STEP_MS).catch((err: Error) => {
+    const waker = () => state.sessionWake(`pid:${session.pid}`) ?? state.sessionWake(`sid:${session.sessionId}`) ?? undefined;
+    const wake = await until(`the session's ${path} waker`, waker, STEP_MS).catch((err: Error) => {
       throw new Error(`${err.message}\n${diagnose(s, claude)}`);
     });
-    expect(relay).toMatchObject({ path: 'socket', agent_id: s.task.root_agent_id, socket: session.messagingSocketPath });
+    expect(wake).toMatchObject({ path, agent_id: s.task.root_agent_id });
     const check = await beidou(s, ['attach', '--check', '--claude-bin', CLAUDE]);
-    expect(check.stdout, check.stderr).toMatch(/^socket\t/);
+    expect(check.stdout, check.stderr).toMatch(new RegExp(`^${path}\t`));
 
     // 1. From the user, through the REST API.
     const first = await wakeBy(s, async () => {
       const res = await s.ts.api('POST', `/agents/${s.task.root_agent_id}/send`, { content: 'first: from the user' });
       expect(res.status).toBe(200);
       return res.body.message_id as string;
+    }).catch((err: Error) => {
+      throw new Error(`${err.message}\n${diagnose(s, claude)}`);
     });
     expect(first.request.turn).toBe(0);
     expect(first.ms).toBeLessThan(5_000);
@@ -163,25 +159,28 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     expect(inbox1.messages.map((m: any) => m.content)).toEqual(['first: from the user']);
 
     // 2. From another agent of the task, through send_message.
-    const team = await (async () => {
-      const root = await connectAgent(s.ts.url, s.task.token);
-      cleanups.push(() => root.close());
-      const made = await root.call('create_team', { name: 'helpers', task: 'help', roles: [{ role: 'helper', skill: 'worker', description: 'helps' }] });
-      expect(made.ok, JSON.stringify(made)).toBe(true);
-      return (made as { value: any }).value;
-    })();
+    const root = await connectAgent(s.ts.url, s.task.token);
+    cleanups.push(() => root.close());
+    const made = await root.call('create_team', { name: 'helpers', task: 'help', roles: [{ role: 'helper', skill: 'worker', description: 'helps' }] });
+    expect(made.ok, JSON.stringify(made)).toBe(true);
+    const team = (made as { value: any }).value;
     const helperId: string = team.members?.[0]?.agent_id ?? team.agents?.[0]?.agent_id;
     const helper: TestAgent = await connectAgent(s.ts.url, await agentToken(s.ts, helperId));
     cleanups.push(() => helper.close());
+    // Idle again, and (rewake) the waiter the last Stop re-armed is in place.
+    await s.fake.waitForTurn(1);
     await idleSession(s, claude);
+    await until('a waker for the next message', () => (waker()?.pid && (path === 'socket' || waker()!.pid !== wake.pid) ? true : undefined), STEP_MS);
     const second = await wakeBy(s, async () => {
       const sent = await helper.call('send_message', { to: s.task.root_agent_id, content: 'second: from the helper' });
       expect(sent.ok, JSON.stringify(sent)).toBe(true);
       return (sent as { value: { message_id: string } }).value.message_id;
+    }).catch((err: Error) => {
+      throw new Error(`${err.message}\n${diagnose(s, claude)}`);
     });
     expect(second.request.turn).toBe(2);
     expect(second.ms).toBeLessThan(5_000);
-    expect(lastUserText(second.request.body)).toMatch(/from helper/);
+    expect(lastUserText(second.request.body)).toMatch(/\[Beidou\] 1 new message from helper/);
     const inbox2 = await readInboxResult(s, 2);
     expect(inbox2.messages.map((m: any) => m.content)).toEqual(['second: from the helper']);
 
@@ -190,10 +189,53 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     const events = (await s.ts.api('GET', `/tasks/${s.task.task_id}/events?since=0&limit=10000`)).body.events as AnyEvent[];
     expect(delivered(events, first.messageId)).toHaveLength(1);
     expect(delivered(events, second.messageId)).toHaveLength(1);
+    // Taken by the session's own read_inbox: the doorbell carried no message.
+    expect([...delivered(events, first.messageId), ...delivered(events, second.messageId)].map((e) => e.via)).toEqual(['read_inbox', 'read_inbox']);
+    return { session, wake };
+  }
+
+  it('socket: a REST message and a send_message each wake the idle session within 5 s; read_inbox returns each once; the relay ends with the session', async () => {
+    const s = await setup();
+    const printed = await attach(s);
+    expect(printed).toContain(`attached ${s.task.root_agent_id}`);
+
+    // No file in the project holds the token; the token file is 0600 and outside it.
+    const tokenFile = path.join(s.ts.home, 'agents', `${s.task.root_agent_id}.token`);
+    expect(statSync(tokenFile).mode & 0o777).toBe(0o600);
+    const token = readFileSync(tokenFile, 'utf8').trim();
+    const settingsText = readFileSync(path.join(s.project, '.claude', 'settings.local.json'), 'utf8');
+    expect(settingsText).not.toContain(token);
+    const settings = JSON.parse(settingsText);
+    expect(settings.permissions.allow).toContain('mcp__beidou__*');
+    expect(Object.keys(settings.hooks).sort()).toEqual(['PostToolUse', 'PreToolUse', 'SessionStart', 'Stop']);
+    const claudeJson = readFileSync(path.join(s.home, '.claude.json'), 'utf8');
+    expect(claudeJson).toContain(`${s.ts.url}/mcp`);
+    expect(claudeJson).not.toContain(token);
+
+    const claude = startClaude(s);
+    const { session, wake } = await twoWakes(s, claude, 'socket');
 
     // The relay ends with the session.
     claude.kill();
-    await until('the relay to exit with its session', () => (pidAlive(relay.pid) ? undefined : true), STEP_MS);
-    expect(state.relayOf(session.messagingSocketPath!)).toBeNull();
+    await until('the relay to exit with its session', () => (pidAlive(wake.pid) ? undefined : true), STEP_MS);
+    expect(new WakeState(s.ts.home).relayOf(session.messagingSocketPath!)).toBeNull();
+  }, 180_000);
+
+  it('rewake: with the socket switched off (CLAUDE_CODE_HARBOR_KITE=0) the asyncRewake hooks wake the idle session, re-armed at each Stop', async () => {
+    const s = await setup({ extraEnv: { CLAUDE_CODE_HARBOR_KITE: '0' } });
+    await attach(s);
+    const claude = startClaude(s);
+    const { session, wake } = await twoWakes(s, claude, 'rewake');
+    expect(session.messagingSocketPath).toBeNull();
+    claude.kill();
+    await until('the waiter to end with its session', () => (pidAlive(wake.pid) ? undefined : true), STEP_MS);
+  }, 180_000);
+
+  it('bypass-permissions: the doorbell attests the session\'s mode, so the session takes it instead of holding it', async () => {
+    const s = await setup({ bypass: true, extraEnv: { IS_SANDBOX: '1' } });
+    await attach(s);
+    const claude = startClaude(s, ['--permission-mode', 'bypassPermissions']);
+    await twoWakes(s, claude, 'socket');
+    expect(claude.capture()).not.toMatch(/Held peer message/);
   }, 180_000);
 });
