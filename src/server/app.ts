@@ -58,7 +58,7 @@ export function buildApp(services: Services, auth: Authenticator, mcp: McpSessio
 
   mcp.mount(app, auth);
   app.use('/api/spawner', spawnerApi(services, auth, stopping));
-  app.use('/api/hook', hookApi(services, auth, stopping));
+  app.use('/api/hook', hookApi(services, auth, mcp, stopping));
   app.use('/api', adminApi(services, auth, stopping));
 
   app.use((req: Request, res: Response) => {

@@ -7,6 +7,7 @@ import type { Authenticator } from './auth.js';
 import { jsonBody } from './body.js';
 import { parseOr400 } from './http-errors.js';
 import { inboxStream } from './inbox-stream.js';
+import type { McpSessions } from './mcp.js';
 import { responseFlushed } from './reply-flush.js';
 
 /**
@@ -26,7 +27,7 @@ const REVIEW_GATE_TOOLS = new Set(['Read', 'Glob', 'Grep', 'Bash']);
 
 const preToolBody = z.object({ tool_name: z.string().min(1), tool_input: z.unknown().optional() });
 
-export function hookApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
+export function hookApi(services: Services, auth: Authenticator, sessions: Pick<McpSessions, 'sessionsOf' | 'watchSessions'>, stopping: AbortSignal): Router {
   const { registry, inboxes } = services;
   const api = Router();
   api.use(auth.require('agent'), jsonBody); // the token first, the body after
@@ -37,7 +38,7 @@ export function hookApi(services: Services, auth: Authenticator, stopping: Abort
     return registry.agent(p.agentId)!;
   };
 
-  api.get('/inbox/stream', inboxStream(services, stopping));
+  api.get('/inbox/stream', inboxStream(services, sessions, stopping));
 
   api.post('/pre-tool-use', async (req, res) => {
     const { tool_name, tool_input } = parseOr400(preToolBody, req.body);

@@ -4,6 +4,7 @@ import { settingName } from '../config.js';
 import { limitExceeded } from '../domain/errors.js';
 import { inboxSummary, inboxWatchEnd } from '../domain/messages.js';
 import type { Services } from '../runtime/services.js';
+import type { McpSessions } from './mcp.js';
 import { fromDomainError } from './http-errors.js';
 
 /**
@@ -14,10 +15,12 @@ import { fromDomainError } from './http-errors.js';
  * like every response, never timed out. Each agent may hold as many of these streams as MCP
  * sessions (BEIDOU_MAX_SESSIONS_PER_AGENT).
  *
- * Events: `inbox` {count, senders, latest} on connect and whenever that changes; `ended`
- * {reason: agent_terminated | task_ended}, after which the server closes the stream.
+ * Events: `inbox` {count, senders, latest, mcp_sessions} on connect and whenever that
+ * changes; `ended` {reason: agent_terminated | task_ended}, after which the server closes
+ * the stream. `mcp_sessions` (the agent's open MCP sessions) lets the relay hold a doorbell
+ * until the client has reconnected after a server restart, so its read_inbox can work.
  */
-export function inboxStream(services: Services, stopping: AbortSignal) {
+export function inboxStream(services: Services, sessions: Pick<McpSessions, 'sessionsOf' | 'watchSessions'>, stopping: AbortSignal) {
   const { registry, config } = services;
   const open = new Map<string, number>();
 
@@ -65,7 +68,7 @@ export function inboxStream(services: Services, stopping: AbortSignal) {
       const agent = registry.agent(agentId);
       if (!agent) return finish();
       const ended = inboxWatchEnd(registry.state, agent);
-      const summary = JSON.stringify(inboxSummary(registry.state, agent));
+      const summary = JSON.stringify({ ...inboxSummary(registry.state, agent), mcp_sessions: sessions.sessionsOf(agentId) });
       if (summary !== last) {
         last = summary;
         session.push(JSON.parse(summary), 'inbox');
@@ -75,7 +78,12 @@ export function inboxStream(services: Services, stopping: AbortSignal) {
         finish();
       }
     };
-    unsubscribe = registry.log.subscribe(taskId, update);
+    const unsubscribeLog = registry.log.subscribe(taskId, update);
+    const unsubscribeSessions = sessions.watchSessions(agentId, update);
+    unsubscribe = () => {
+      unsubscribeLog();
+      unsubscribeSessions();
+    };
     stopping.addEventListener('abort', finish, { once: true });
     session.on('disconnected', finish);
     update();

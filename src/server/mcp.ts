@@ -168,6 +168,29 @@ export class McpSessions {
     let set = this.byAgent.get(session.agentId);
     if (!set) this.byAgent.set(session.agentId, (set = new Set()));
     set.add(session);
+    this.sessionsChanged(session.agentId);
+  }
+
+  private readonly sessionWatchers = new Map<string, Set<() => void>>();
+
+  /** How many MCP sessions the agent has open: the wake relay rings once its client is connected. */
+  sessionsOf(agentId: string): number {
+    return this.byAgent.get(agentId)?.size ?? 0;
+  }
+
+  /** Calls `listener` whenever one of the agent's sessions opens or closes. */
+  watchSessions(agentId: string, listener: () => void): () => void {
+    let set = this.sessionWatchers.get(agentId);
+    if (!set) this.sessionWatchers.set(agentId, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.sessionWatchers.get(agentId) === set) this.sessionWatchers.delete(agentId);
+    };
+  }
+
+  private sessionsChanged(agentId: string): void {
+    for (const listener of [...(this.sessionWatchers.get(agentId) ?? [])]) listener();
   }
 
   private remove(id: string): void {
@@ -177,6 +200,7 @@ export class McpSessions {
     const set = this.byAgent.get(session.agentId);
     set?.delete(session);
     if (set && set.size === 0) this.byAgent.delete(session.agentId);
+    this.sessionsChanged(session.agentId);
   }
 
   /** Routes for /mcp, /sse and /messages (auth has already run and set req.principal). */

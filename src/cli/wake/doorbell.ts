@@ -40,6 +40,19 @@ export function senderAddress(summary: InboxSummary): string {
   return `beidou:${only.replace(/[^\w.-]/g, '') || 'inbox'}`;
 }
 
+/**
+ * How long a doorbell waits for the agent's MCP client to be connected (after a server
+ * restart Claude Code reconnects within seconds; until then read_inbox is "no such tool").
+ * Past it the doorbell rings anyway: the turn it starts ends at a Stop, whose hook hands
+ * the mail over without MCP.
+ */
+export const MCP_RECONNECT_GRACE_MS = 10_000;
+
+/** Whether a doorbell for mail pending since `since` should wait for the agent's MCP client. */
+export function awaitingMcp(state: { mcp_sessions?: number }, since: number, now = Date.now()): boolean {
+  return state.mcp_sessions === 0 && now - since < MCP_RECONNECT_GRACE_MS;
+}
+
 /** Claude Code's two permission classes: a sender must attest the receiver's, or a bypass session holds the message. */
 export type PermissionClass = 'bypass' | 'prompting';
 

@@ -7,13 +7,16 @@ import type { InboxSummary } from '../../domain/messages.js';
  * missed). Ends when the server says the agent can get no more mail, when it refuses the
  * token (terminated, or not a token), or when the signal aborts.
  */
+/** What the stream says of the inbox: the summary, and how many MCP sessions the agent has open. */
+export type InboxState = InboxSummary & { mcp_sessions?: number };
+
 export type WatchEnd = { kind: 'ended'; reason: string } | { kind: 'refused'; status: number; message: string } | { kind: 'aborted' };
 
 export interface WatchOptions {
   server: string;
   /** Read at each connection, so a token file rewritten by `beidou attach` is picked up. */
   token: () => string;
-  onSummary: (summary: InboxSummary) => void;
+  onSummary: (summary: InboxState) => void;
   /** Connection trouble, for the relay's log. */
   onTrouble?: (message: string) => void;
   signal: AbortSignal;
@@ -30,7 +33,10 @@ export async function watchInbox(opts: WatchOptions): Promise<WatchEnd> {
       return null;
     });
     if (end && end !== 'reconnect') return end;
-    if (end === 'reconnect') failures = 0;
+    if (end === 'reconnect') {
+      opts.onTrouble?.('inbox stream: closed by the server; reconnecting');
+      failures = 0;
+    }
     const delay = BACKOFF_MS[Math.min(failures++, BACKOFF_MS.length - 1)]!;
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, delay);
@@ -63,7 +69,7 @@ async function once(opts: WatchOptions): Promise<WatchEnd | 'reconnect'> {
       } catch {
         return;
       }
-      if (e.event === 'inbox') opts.onSummary(data as InboxSummary);
+      if (e.event === 'inbox') opts.onSummary(data as InboxState);
       else if (e.event === 'ended') ended = { kind: 'ended', reason: String((data as { reason?: unknown }).reason) };
     },
   });

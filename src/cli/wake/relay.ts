@@ -1,8 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
-import type { InboxSummary } from '../../domain/messages.js';
 import { findSession, pidAlive } from './claude-sessions.js';
-import { permissionClass, ring, startupPermissionMode } from './doorbell.js';
-import { watchInbox, type WatchEnd } from './inbox-watch.js';
+import { awaitingMcp, permissionClass, ring, startupPermissionMode } from './doorbell.js';
+import { watchInbox, type InboxState, type WatchEnd } from './inbox-watch.js';
 import { WakeState } from './wake-state.js';
 
 /**
@@ -72,7 +71,9 @@ export async function relay(opts: RelayOptions): Promise<void> {
   }, LIVENESS_MS);
   for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(sig, () => end(sig));
 
-  let latest: InboxSummary | null = null;
+  let latest: InboxState | null = null;
+  /** When the newest waiting message arrived (as the relay saw it). */
+  let pendingSince = 0;
   let rungFor: string | null = null;
   let lastRing = 0;
   let ringing = false;
@@ -84,7 +85,7 @@ export async function relay(opts: RelayOptions): Promise<void> {
       while (!stop.signal.aborted && latest && latest.count > 0 && latest.latest !== rungFor) {
         const session = findSession({ pid: opts.claudePid, socket: opts.socket });
         // A working session gets its mail from the hooks (after a tool call, at its stop).
-        if (session?.status === 'busy') {
+        if (session?.status === 'busy' || awaitingMcp(latest, pendingSince)) {
           await pause(BUSY_POLL_MS, stop.signal);
           continue;
         }
@@ -120,6 +121,8 @@ export async function relay(opts: RelayOptions): Promise<void> {
       signal: stop.signal,
       onTrouble: log,
       onSummary: (s) => {
+        if (!latest) log(`following the inbox of ${opts.agentId ?? 'the agent'} for ${opts.socket}: ${s.count} waiting`);
+        if (s.latest !== latest?.latest) pendingSince = Date.now();
         latest = s;
         void ringWhenIdle();
       },

@@ -1,7 +1,6 @@
-import type { InboxSummary } from '../../domain/messages.js';
 import { findSession, pidAlive } from './claude-sessions.js';
-import { doorbellText } from './doorbell.js';
-import { watchInbox } from './inbox-watch.js';
+import { awaitingMcp, doorbellText } from './doorbell.js';
+import { watchInbox, type InboxState } from './inbox-watch.js';
 import { readToken } from './relay.js';
 import { WakeState } from './wake-state.js';
 
@@ -41,7 +40,8 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
   state.recordSession(claudeKey, { path: 'rewake', pid: process.pid, agent_id: opts.agentId, session_id: opts.sessionId, socket: null, since: Date.now() });
   const parent = process.ppid;
   const stop = new AbortController();
-  let latest: InboxSummary | null = null;
+  let latest: InboxState | null = null;
+  let pendingSince = 0;
   let code = 0;
 
   // Stand down when a newer waiter took over, or when the session is gone.
@@ -56,7 +56,7 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
     checking = true;
     try {
       while (!stop.signal.aborted && latest && latest.count > 0) {
-        if (!idle()) {
+        if (!idle() || awaitingMcp(latest, pendingSince)) {
           await pause(POLL_MS, stop.signal);
           continue;
         }
@@ -78,6 +78,7 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
       token: () => (opts.tokenFile ? readToken(opts.tokenFile) : opts.token),
       signal: stop.signal,
       onSummary: (s) => {
+        if (s.latest !== latest?.latest) pendingSince = Date.now();
         latest = s;
         void check();
       },
