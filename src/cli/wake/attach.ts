@@ -177,6 +177,7 @@ export async function attach(opts: AttachOptions): Promise<void> {
       `  token:    ${tokenFile} (0600; read by the MCP headers helper, the hooks and the relay)`,
       `  settings: ${file} (hooks, and ${ALLOW_RULE} allowed)`,
       'Start claude in this folder: it is that agent, and a message wakes it when idle.',
+      'Trust the folder when claude asks: Claude Code runs the token helper of an MCP server only in a trusted folder.',
       'beidou attach --check tells which way it will be woken.',
       '',
     ].join('\n'),
