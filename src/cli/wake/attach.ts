@@ -4,7 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultHome } from '../../config.js';
 import { adminToken, api, CliError, serverUrl, type ClientOptions } from '../client.js';
-import { liveSessions, ringable } from './claude-sessions.js';
+import { FIRST_WAKE_VERSION, liveSessions, parseVersion, ringable, wakes } from './claude-sessions.js';
 import { WakeState, type WakePath } from './wake-state.js';
 
 /**
@@ -28,8 +28,6 @@ const HOOK_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..
 const WAIT_TIMEOUT_S = 7 * 24 * 3600;
 const ALLOW_RULE = 'mcp__beidou__*';
 const SERVER_NAME = 'beidou';
-/** The first Claude Code version seen to speak messaging peer protocol 1 and asyncRewake hooks. */
-const FIRST_WAKE_VERSION = [2, 1, 332];
 
 type Json = Record<string, any>;
 
@@ -226,17 +224,11 @@ async function remove(opts: AttachOptions, dir: string): Promise<void> {
 
 function versionOf(opts: AttachOptions, dir: string): number[] | null {
   try {
-    const m = /(\d+)\.(\d+)\.(\d+)/.exec(runClaude(opts, ['--version'], dir));
-    return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : null;
+    return parseVersion(runClaude(opts, ['--version'], dir));
   } catch {
     return null;
   }
 }
-
-const atLeast = (v: number[], min: number[]) => {
-  for (let i = 0; i < min.length; i++) if (v[i]! !== min[i]!) return v[i]! > min[i]!;
-  return true;
-};
 
 export interface CheckResult {
   path: WakePath | 'hooks-only';
@@ -272,7 +264,7 @@ export function checkPaths(opts: AttachOptions, dir: string): CheckResult[] {
   }
   const version = versionOf(opts, dir);
   if (!version) return [{ path: 'hooks-only', why: `no session runs here and ${claudeBin(opts)} --version did not answer` }];
-  if (!atLeast(version, FIRST_WAKE_VERSION)) {
+  if (!wakes(version)) {
     return [{ path: 'hooks-only', why: `Claude Code ${version.join('.')} is older than ${FIRST_WAKE_VERSION.join('.')}: messages arrive after a tool call, at a stop, or by read_inbox` }];
   }
   if (process.env.CLAUDE_CODE_HARBOR_KITE === '0') {

@@ -95,3 +95,18 @@ export function findSession(
 export function ringable(s: ClaudeSession | null): s is ClaudeSession & { messagingSocketPath: string } {
   return !!s && s.peerProtocol === 1 && !!s.messagingSocketPath && existsSync(s.messagingSocketPath);
 }
+
+/** The first Claude Code version seen to speak messaging peer protocol 1 and run asyncRewake hooks (2.1.332). */
+export const FIRST_WAKE_VERSION: readonly number[] = [2, 1, 332];
+
+export function parseVersion(text: string | null | undefined): number[] | null {
+  const m = /(\d+)\.(\d+)\.(\d+)/.exec(text ?? '');
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3])] : null;
+}
+
+/** Whether a version is at least the one that wakes: older ones may run an asyncRewake hook in the foreground. */
+export function wakes(version: readonly number[] | null): boolean {
+  if (!version) return false;
+  for (let i = 0; i < FIRST_WAKE_VERSION.length; i++) if (version[i] !== FIRST_WAKE_VERSION[i]) return version[i]! > FIRST_WAKE_VERSION[i]!;
+  return true;
+}

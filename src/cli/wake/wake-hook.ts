@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultHome } from '../../config.js';
-import { findSession, ringable } from './claude-sessions.js';
+import { findSession, parseVersion, ringable, wakes } from './claude-sessions.js';
 import { rewakeWait } from './rewake.js';
 import { WakeState } from './wake-state.js';
 
@@ -52,6 +52,12 @@ export async function wakeHook(event: 'session-start' | 'rewake', ctx: WakeHookC
   if (!ctx.sessionId) {
     process.stderr.write('beidou hook: no session id (CLAUDE_CODE_SESSION_ID or session_id): cannot wait for mail\n');
     return 1;
+  }
+  // A Claude Code that does not know asyncRewake would run this hook in the foreground and
+  // hang its session: wait only where the session file shows a version that runs it in the background.
+  if (!session || !wakes(parseVersion(session.version))) {
+    process.stderr.write(`beidou hook: not waiting for mail: ${session ? `Claude Code ${session.version ?? '(unknown version)'}` : 'this session is not in Claude Code\'s sessions folder'} may not run asyncRewake hooks in the background; messages arrive after a tool call, at a stop, or by read_inbox\n`);
+    return 0;
   }
   return rewakeWait({ server: ctx.server, tokenFile: ctx.tokenFile, token: ctx.token, home, sessionId: ctx.sessionId, agentId });
 }
