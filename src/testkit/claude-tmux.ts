@@ -1,6 +1,6 @@
 // In src/ (not test/support/) so the bench, compiled from src/, drives Claude Code the way test/wake.test.ts does.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { PACKAGE_ROOT } from '../util/version.js';
 import type { FakeAnthropic } from './fake-anthropic.js';
@@ -60,6 +60,8 @@ let servers = 0;
 
 export interface TmuxClaude {
   socketName: string;
+  /** Claude Code's pid (the pane's process: `env` execs it), which names its session file. */
+  pid(): number;
   /** What the pane shows now. */
   capture(): string;
   keys(...keys: string[]): void;
@@ -75,6 +77,7 @@ export function startTmuxClaude(cwd: string, env: Record<string, string>, args: 
   let killed = false;
   return {
     socketName,
+    pid: () => Number(tmux('display-message', '-p', '-t', 'claude', '#{pane_pid}').trim()),
     capture: () => {
       try {
         return tmux('capture-pane', '-p', '-t', 'claude');
@@ -93,4 +96,14 @@ export function startTmuxClaude(cwd: string, env: Record<string, string>, args: 
       }
     },
   };
+}
+
+/** What Claude Code says in `$HOME/.claude/sessions/<pid>.json` about whether it is working: 'idle', 'busy', or null before it says. */
+export function sessionStatus(home: string, pid: number): string | null {
+  try {
+    const status = (JSON.parse(readFileSync(path.join(home, '.claude', 'sessions', `${pid}.json`), 'utf8')) as { status?: unknown }).status;
+    return typeof status === 'string' ? status : null;
+  } catch {
+    return null;
+  }
 }
