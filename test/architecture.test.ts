@@ -14,6 +14,12 @@ import { PACKAGE_ROOT } from '../src/util/version.js';
 const LAYERS = ['util', 'config', 'identity', 'events', 'protocol', 'registry', 'domain', 'skills', 'runtime', 'primitives', 'server'] as const;
 /** Entry points: above everything, and never imported by a layer. */
 const ENTRY_POINTS = ['cli', 'demo', 'bench', 'scripts'] as const;
+/**
+ * Tooling for tests and the bench, compiled with the product so `npm run bench` (from dist/)
+ * can run Claude Code against the scripted Anthropic stand-in as the tests do. Beside
+ * server, like the spawner: only `bench` (and tests) may import it; the product never does.
+ */
+const TESTKIT_USERS = new Set(['bench']);
 /** The spawner process: its own stack, sharing only these with the server. */
 const SPAWNER_MAY_IMPORT = new Set(['spawner', 'protocol', 'events/catalogue', 'skills', 'util']);
 /** Packages that belong to the transport and process edges, never to decisions or state. */
@@ -66,7 +72,7 @@ function rank(layer: string): number {
   const i = (LAYERS as readonly string[]).indexOf(layer);
   if (i >= 0) return i;
   if ((ENTRY_POINTS as readonly string[]).includes(layer)) return LAYERS.length + 1;
-  if (layer === 'spawner') return LAYERS.length; // beside server: only entry points may use it
+  if (layer === 'spawner' || layer === 'testkit') return LAYERS.length; // beside server: only entry points may use it
   return -1;
 }
 
@@ -86,6 +92,10 @@ export function violations(graph: Graph): string[] {
       if (layer === 'spawner') {
         const allowed = SPAWNER_MAY_IMPORT.has(target) || SPAWNER_MAY_IMPORT.has(to.replace(/\.ts$/, ''));
         if (!allowed) out.push(`${from} imports ${to}: the spawner process shares only ${[...SPAWNER_MAY_IMPORT].join(', ')} with the server`);
+        continue;
+      }
+      if (target === 'testkit' && !TESTKIT_USERS.has(layer)) {
+        out.push(`${from} imports ${to}: only ${[...TESTKIT_USERS].join(', ')} may use the test tooling in testkit`);
         continue;
       }
       const isEntry = (ENTRY_POINTS as readonly string[]).includes(target);
@@ -143,7 +153,7 @@ describe('the import rule (docs/architecture.md)', () => {
 
   it('reads the real tree: every layer is there and imports were found', () => {
     const layers = new Set([...graph.keys()].map(layerOf));
-    for (const layer of [...LAYERS, 'spawner', 'cli']) expect(layers, `no files in src/${layer}`).toContain(layer);
+    for (const layer of [...LAYERS, 'spawner', 'testkit', 'cli']) expect(layers, `no files in src/${layer}`).toContain(layer);
     const edges = [...graph.values()].reduce((n, f) => n + f.local.length, 0);
     expect(edges).toBeGreaterThan(100);
   });
@@ -166,6 +176,10 @@ describe('the import rule (docs/architecture.md)', () => {
       ['protocol/spawner.ts', { local: [], packages: [] }],
       ['events/catalogue.ts', { local: [], packages: [] }],
       ['cli/main.ts', { local: ['spawner/spawner.ts'], packages: [] }],
+      ['cli/wake/attach.ts', { local: ['testkit/fake-anthropic.ts'], packages: [] }],
+      ['testkit/fake-anthropic.ts', { local: ['util/version.ts'], packages: ['node:http'] }],
+      ['bench/main.ts', { local: ['testkit/fake-anthropic.ts', 'server/server.ts'], packages: [] }],
+      ['util/version.ts', { local: [], packages: [] }],
     ]);
     const found = violations(planted);
     expect(found.some((v) => v.startsWith('registry/state.ts imports domain/agents.ts'))).toBe(true);
@@ -174,9 +188,11 @@ describe('the import rule (docs/architecture.md)', () => {
     expect(found.some((v) => v.startsWith('domain/agents.ts imports node:fs'))).toBe(true);
     expect(found.some((v) => v.startsWith('spawner/spawner.ts imports server/server.ts'))).toBe(true);
     expect(found.some((v) => v.startsWith('server/server.ts imports cli/main.ts'))).toBe(true);
+    expect(found.some((v) => v.startsWith('cli/wake/attach.ts imports testkit/fake-anthropic.ts'))).toBe(true);
     // What is allowed is not reported.
     expect(found.some((v) => v.includes('imports protocol/spawner.ts') || v.includes('imports events/catalogue.ts'))).toBe(false);
     expect(found.some((v) => v.startsWith('cli/main.ts'))).toBe(false);
+    expect(found.some((v) => v.startsWith('bench/main.ts') || v.startsWith('testkit/'))).toBe(false);
     expect(cycles(planted)).toEqual([
       ['cli/main.ts', 'server/server.ts', 'spawner/spawner.ts'],
       ['domain/agents.ts', 'registry/state.ts'],

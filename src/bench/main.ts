@@ -12,19 +12,24 @@ import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
 import type { Figures, Job } from './clients.js';
 import { largestRequests } from './limits.js';
+import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
 
 /**
  * `npm run bench`: prints the README's performance figures. send_message over Streamable HTTP with 50
  * concurrent agents next to a no-op tool on the same stack (the floor), send→delivery
  * latency next to the floor's round trip, 1,000 connected agents, and replay of 100,000
- * events on start, and the event-loop block of the largest requests the limits allow.
+ * events on start, the event-loop block of the largest requests the limits allow, and how
+ * long a message takes to wake an idle Claude Code session (section 6, needs tmux).
  * Clients run in a child process (section 5 runs one in process). Figures, not assertions.
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6').split(','));
 const AGENTS = 50;
+/** Section 6: sends per wake path (after one first wake, reported apart), and which paths. */
+const WAKE_SENDS = Number(process.env.BENCH_WAKE_SENDS ?? 20);
+const WAKE_WAYS = (process.env.BENCH_WAKE_PATHS ?? 'socket,rewake').split(',') as WakeWay[];
 
 /** The floor: same input shape and the same wrapper as send_message, doing nothing. */
 const noop = definePrimitive({
@@ -150,6 +155,23 @@ async function main(): Promise<void> {
       console.log(`  ${b.name.padEnd(44)} body ${fmt(b.bodyBytes / 1024, 0).padStart(5)} KiB   call ${fmt(b.callMs, 0).padStart(5)} ms   longest block ${fmt(b.maxBlockMs, 0).padStart(4)} ms (worst ${fmt(b.worstBlockMs, 0)} ms)`);
     }
     console.log('');
+  }
+
+  if (ONLY.has('6')) {
+    const unavailable = wakeUnavailable();
+    if (unavailable) console.log(`6. wake latency of an idle Claude Code session: skipped, ${unavailable}\n`);
+    else {
+      console.log(`6. wake: send -> new model request of an idle Claude Code session (${WAKE_SENDS} sends per path, ${WAKE_WAYS.join(' and ')})`);
+      for (const way of WAKE_WAYS) {
+        const w = await withServer((server, home) => wakeLatencies(server, home, way, WAKE_SENDS));
+        const xs = w.latenciesMs;
+        const name = way === 'socket' ? 'socket (relay rings it)' : 'rewake (asyncRewake hook)';
+        console.log(
+          `  ${name.padEnd(26)} p50 ${fmt(pct(xs, 50), 0).padStart(4)} ms   p99 ${fmt(pct(xs, 99), 0).padStart(4)} ms   min ${fmt(Math.min(...xs), 0)} ms   max ${fmt(Math.max(...xs), 0)} ms   n ${xs.length}   errors ${w.errors}   (first wake after start, not counted: ${fmt(w.firstMs, 0)} ms)`,
+        );
+      }
+      console.log('');
+    }
   }
 
   if (!ONLY.has('4')) return;
