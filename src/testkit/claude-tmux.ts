@@ -73,7 +73,12 @@ export function startTmuxClaude(cwd: string, env: Record<string, string>, args: 
   const socketName = `beidou-test-${process.pid}-${++servers}`;
   const tmux = (...a: string[]) => execFileSync('tmux', ['-L', socketName, ...a], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   const assignments = Object.entries(env).map(([k, v]) => `${k}=${v}`);
-  tmux('new-session', '-d', '-s', 'claude', '-x', '160', '-y', '50', '-c', cwd, 'env', '-i', ...assignments, CLAUDE, ...args);
+  try {
+    tmux('new-session', '-d', '-s', 'claude', '-x', '160', '-y', '50', '-c', cwd, 'env', '-i', ...assignments, CLAUDE, ...args);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new Error('tmux is not installed: the interactive Claude Code tests need it (apt-get install tmux; .ci/run does)');
+    throw err;
+  }
   let killed = false;
   return {
     socketName,
