@@ -5,6 +5,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { CLAUDE, settleClaudeHome } from './support/claude-tmux.js';
 import { CLI } from './support/process.js';
+import { handSpawner } from './support/spawner-stream.js';
 import { createTask, removeHome, startTestServer, type TestServer } from './support/server.js';
 
 /**
@@ -125,7 +126,7 @@ describe('beidou attach', () => {
     expect(json).toEqual([{ path: 'socket', why: expect.stringContaining('expected') }]);
   }, 60_000);
 
-  it('refuses, writing nothing: an unknown agent, a terminated one, a token file inside the project, no Claude Code', async () => {
+  it('refuses, writing nothing: an unknown agent, a terminated one, one a spawner runs, a token file inside the project, no Claude Code', async () => {
     const unknown = await beidou(attachArgs('ag_nobody'));
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/404 unknown_agent/);
@@ -143,6 +144,19 @@ describe('beidou attach', () => {
     const terminated = await beidou(attachArgs(task.root_agent_id));
     expect(terminated.code).toBe(1);
     expect(terminated.stderr).toMatch(/409 agent_terminated/);
+
+    // An agent a spawner runs: a second copy would take its mail.
+    const streams: AbortController[] = [];
+    try {
+      const spawned = await createTask(ts, { spawn: true });
+      const spawner = await handSpawner(ts, 'sp-attach', streams);
+      await spawner.next('launch', spawned.root_agent_id);
+      const run = await beidou(attachArgs(spawned.root_agent_id));
+      expect(run.code).toBe(1);
+      expect(run.stderr).toMatch(/is run by spawner .*attach an agent no spawner runs/);
+    } finally {
+      for (const c of streams) c.abort();
+    }
 
     expect(existsSync(settingsFile())).toBe(false);
     const claudeJson = path.join(home, '.claude.json');

@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { pidAlive } from '../src/cli/wake/claude-sessions.js';
@@ -129,6 +129,8 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     claude.kill();
     await until('the relay to exit with its session', () => (pidAlive(wake.pid) ? undefined : true), STEP_MS);
     expect(s.state.relayOf(session.messagingSocketPath!)).toBeNull();
+    // A relay whose session ended leaves nothing behind in the wake folder.
+    expect(readdirSync(s.state.dir)).toEqual([]);
   }, 180_000);
 
   it('rewake: with the socket switched off (CLAUDE_CODE_HARBOR_KITE=0) the asyncRewake hooks wake the idle session, re-armed at each Stop', async () => {

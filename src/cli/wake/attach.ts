@@ -147,7 +147,18 @@ export async function attach(opts: AttachOptions): Promise<void> {
   const projectRoot = path.resolve(dir) + path.sep;
   if (tokenFile.startsWith(projectRoot)) throw new CliError(`--token-file ${tokenFile} is inside this project; keep the token outside it`, 2);
 
-  const agent = await api<{ agent_id: string; task_id: string; name?: string }>(opts, 'GET', `/agents/${encodeURIComponent(opts.agent)}`);
+  const agent = await api<{ agent_id: string; task_id: string; name?: string; spawner_id: string | null; launch: { state: string } | null }>(
+    opts,
+    'GET',
+    `/agents/${encodeURIComponent(opts.agent)}`,
+  );
+  // Two processes as one agent would take each other's mail.
+  if (agent.spawner_id) {
+    throw new CliError(`agent ${agent.agent_id} is run by spawner ${agent.spawner_id}: attach an agent no spawner runs (beidou task start --no-spawn)`);
+  }
+  if (agent.launch?.state === 'queued') {
+    process.stderr.write(`beidou: warning: agent ${agent.agent_id} is queued for a spawner; if one connects it will run a second copy of it\n`);
+  }
   let token: string;
   try {
     adminToken(opts);

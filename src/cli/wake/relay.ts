@@ -60,14 +60,17 @@ export async function relay(opts: RelayOptions): Promise<void> {
   });
   const stop = new AbortController();
   let why = 'stopped';
+  let sessionGone = false;
   const end = (reason: string) => {
     if (stop.signal.aborted) return;
     why = reason;
     stop.abort();
   };
   const live = setInterval(() => {
-    if (!existsSync(opts.socket)) end('the session socket is gone');
-    else if (opts.claudePid && !pidAlive(opts.claudePid)) end('the Claude Code process is gone');
+    if (!existsSync(opts.socket) || (opts.claudePid && !pidAlive(opts.claudePid))) {
+      sessionGone = true;
+      end('the session ended');
+    }
   }, LIVENESS_MS);
   for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(sig, () => end(sig));
 
@@ -102,7 +105,10 @@ export async function relay(opts: RelayOptions): Promise<void> {
           log(`rang for ${summary.count} message(s), latest ${summary.latest}`);
         } catch (err) {
           const code = (err as NodeJS.ErrnoException).code;
-          if (code === 'ENOENT' || code === 'ECONNREFUSED') return end('the session socket is gone');
+          if (code === 'ENOENT' || code === 'ECONNREFUSED') {
+            sessionGone = true;
+            return end('the session ended (its socket refuses)');
+          }
           log(`ring failed: ${(err as Error).message}`);
         }
         rungFor = summary.latest;
@@ -136,4 +142,6 @@ export async function relay(opts: RelayOptions): Promise<void> {
   if (outcome.kind === 'ended') why = `the server ended the stream: ${outcome.reason}`;
   if (outcome.kind === 'refused') why = `the server refused the token: ${outcome.message}`;
   log(`exiting: ${why}`);
+  // A session that ended leaves nothing behind; any other end keeps the log to read.
+  if (sessionGone) state.forgetEnded(opts.sessionId, opts.claudePid ?? opts.sessionId);
 }

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync } from 'node:fs';
+import { existsSync, openSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultHome } from '../../config.js';
@@ -65,8 +65,7 @@ export async function wakeHook(event: 'session-start' | 'rewake', ctx: WakeHookC
 function startRelay(o: WakeHookContext & { home: string; agentId: string | null; socket: string; claudePid: number | null }): void {
   const state = new WakeState(o.home);
   if (state.relayOf(o.socket) !== null) return;
-  mkdirSync(state.dir, { recursive: true, mode: 0o700 });
-  const log = openSync(path.join(state.dir, `relay-${o.claudePid ?? o.sessionId}.log`), 'a', 0o600);
+  const log = openSync(state.relayLog(o.claudePid ?? o.sessionId), 'a', 0o600);
   const args = [MAIN, 'relay', '--socket', o.socket, '--session-id', o.sessionId, '--server', o.server, '--home', o.home];
   if (o.tokenFile) args.push('--token-file', o.tokenFile);
   if (o.claudePid) args.push('--claude-pid', String(o.claudePid));

@@ -56,6 +56,17 @@ export class WakeState {
     return createHash('sha256').update(text).digest('hex').slice(0, 16);
   }
 
+  /** The log of the relay of one Claude Code process (kept when the relay ends for any reason but its session's end). */
+  relayLog(claudePidOrSession: string | number): string {
+    return this.file(`relay-${claudePidOrSession}.log`);
+  }
+
+  /** What a session left here, once it has ended: its permission mode and its relay's log. */
+  forgetEnded(sessionId: string, claudePidOrSession: string | number): void {
+    this.remove(`mode-${WakeState.key(sessionId)}`);
+    this.remove(`relay-${claudePidOrSession}.log`);
+  }
+
   /** The pid of the live relay for this socket, or null. */
   relayOf(socket: string): number | null {
     const pid = Number(this.read(`relay-${WakeState.key(socket)}.pid`));
