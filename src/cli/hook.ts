@@ -26,15 +26,23 @@ export interface HookOptions {
 export function parseHookArgs(argv: readonly string[]): { event: string; opts: HookOptions } {
   const [event = '', ...rest] = argv;
   const opts: HookOptions = {};
-  const flags: Record<string, keyof HookOptions> = { '--server': 'server', '--token-file': 'tokenFile', '--home': 'home' };
+  // A Map: a plain object would take `constructor` or `__proto__` for options.
+  const flags = new Map<string, keyof HookOptions>([
+    ['--server', 'server'],
+    ['--token-file', 'tokenFile'],
+    ['--home', 'home'],
+  ]);
   for (let i = 0; i < rest.length; i++) {
     const arg = rest[i]!;
     const eq = arg.indexOf('=');
-    const name = eq > 0 ? arg.slice(0, eq) : arg;
-    const key = flags[name];
+    const inline = eq > 0;
+    const name = inline ? arg.slice(0, eq) : arg;
+    const key = flags.get(name);
     if (!key) throw new HookUsageError(`unknown option "${arg}": use --server, --token-file or --home`);
-    const value = eq > 0 ? arg.slice(eq + 1) : rest[++i];
-    if (value === undefined || value === '') throw new HookUsageError(`${name} needs a value`);
+    const value = inline ? arg.slice(eq + 1) : rest[++i];
+    // `--server --home D`: the next option is not the server's value.
+    const next = value !== undefined && !inline && flags.has(value.split('=')[0]!);
+    if (value === undefined || value === '' || next) throw new HookUsageError(`${name} needs a value`);
     opts[key] = value;
   }
   return { event, opts };

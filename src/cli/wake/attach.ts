@@ -56,25 +56,36 @@ function writeFileAtomic(file: string, text: string, mode: number): void {
   renameSync(tmp, file);
 }
 
-/** The settings without any hook or rule this command wrote (others' entries are kept). */
-function withoutOurs(settings: Json): Json {
+/**
+ * The settings without any hook or rule this command wrote (others' entries are kept). A
+ * group, event, list or object goes only when removing ours emptied it: settings with
+ * nothing of ours come back as they are (an empty `hooks` or `allow` of the user's too).
+ */
+export function withoutOurs(settings: Json): Json {
   const out: Json = { ...settings };
-  if (out.hooks && typeof out.hooks === 'object') {
+  if (out.hooks && typeof out.hooks === 'object' && !Array.isArray(out.hooks)) {
     const hooks: Json = {};
+    let removed = false;
     for (const [event, groups] of Object.entries(out.hooks as Json)) {
       if (!Array.isArray(groups)) {
         hooks[event] = groups;
         continue;
       }
-      const kept = groups
-        .map((g: Json) => (Array.isArray(g?.hooks) ? { ...g, hooks: g.hooks.filter((h: Json) => !ours(h)) } : g))
-        .filter((g: Json) => !Array.isArray(g?.hooks) || g.hooks.length > 0);
-      if (kept.length > 0) hooks[event] = kept;
+      const kept = groups.flatMap((g: Json) => {
+        if (!Array.isArray(g?.hooks)) return [g];
+        const rest = g.hooks.filter((h: Json) => !ours(h));
+        if (rest.length === g.hooks.length) return [g];
+        removed = true;
+        return rest.length > 0 ? [{ ...g, hooks: rest }] : [];
+      });
+      if (kept.length > 0 || groups.length === 0) hooks[event] = kept;
     }
-    if (Object.keys(hooks).length > 0) out.hooks = hooks;
-    else delete out.hooks;
+    if (removed) {
+      if (Object.keys(hooks).length > 0) out.hooks = hooks;
+      else delete out.hooks;
+    }
   }
-  if (Array.isArray(out.permissions?.allow)) {
+  if (Array.isArray(out.permissions?.allow) && out.permissions.allow.includes(ALLOW_RULE)) {
     const allow = out.permissions.allow.filter((r: unknown) => r !== ALLOW_RULE);
     out.permissions = { ...out.permissions, allow };
     if (allow.length === 0) delete out.permissions.allow;

@@ -10,18 +10,22 @@ import { claudeConfigDir } from './claude-sessions.js';
  * carries names and a count, never contents: the agent takes its messages with read_inbox.
  */
 
-/** A name as it may appear in the doorbell and in `from-name="…"`: no quotes, angle brackets or line breaks. */
+const NAME_MAX = 64;
+
+/**
+ * A name as it may appear in the doorbell and in `from-name="…"`: no quotes, angle brackets,
+ * line breaks, control characters (C0 and C1) or bidirectional overrides (which would
+ * reorder what the model and the terminal show), at most 64 characters, none cut in half.
+ */
 export function safeName(name: string): string {
   const cleaned = name
-    .replace(/[\u0000-\u001f\u007f\u2028\u2029]+/g, ' ')
+    .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/g, ' ')
     .replace(/"/g, "'")
     .replace(/</g, '‹')
     .replace(/>/g, '›')
     .replace(/\s+/g, ' ')
-    .trim()
-    .slice(0, 64)
     .trim();
-  return cleaned || 'someone';
+  return Array.from(cleaned).slice(0, NAME_MAX).join('').trim() || 'someone';
 }
 
 /** `[Beidou] 2 new messages from leader-1 and user: call read_inbox (ref m-…)`; the ref keeps it unique. */

@@ -24,6 +24,23 @@ export interface WatchOptions {
 
 const BACKOFF_MS = [250, 500, 1_000, 2_000, 5_000, 10_000];
 
+/**
+ * Waits `ms`, or less if `signal` aborts. Its abort listener goes when the wait ends: the
+ * relay pauses every 250 ms while its session works, for days, on one signal.
+ */
+export function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+    if (signal.aborted) done();
+  });
+}
+
 export async function watchInbox(opts: WatchOptions): Promise<WatchEnd> {
   let failures = 0;
   while (!opts.signal.aborted) {
@@ -37,11 +54,7 @@ export async function watchInbox(opts: WatchOptions): Promise<WatchEnd> {
       opts.onTrouble?.('inbox stream: closed by the server; reconnecting');
       failures = 0;
     }
-    const delay = BACKOFF_MS[Math.min(failures++, BACKOFF_MS.length - 1)]!;
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, delay);
-      opts.signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
-    });
+    await pause(BACKOFF_MS[Math.min(failures++, BACKOFF_MS.length - 1)]!, opts.signal);
   }
   return { kind: 'aborted' };
 }

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { findSession, pidAlive } from './claude-sessions.js';
 import { awaitingMcp, permissionClass, ring, startupPermissionMode } from './doorbell.js';
-import { watchInbox, type InboxState, type WatchEnd } from './inbox-watch.js';
+import { pause, watchInbox, type InboxState, type WatchEnd } from './inbox-watch.js';
 import { WakeState } from './wake-state.js';
 
 /**
@@ -37,12 +37,6 @@ export function readToken(file: string): string {
 }
 
 const log = (line: string) => process.stderr.write(`${new Date().toISOString()} beidou relay[${process.pid}]: ${line}\n`);
-const pause = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-  });
-
 export async function relay(opts: RelayOptions): Promise<void> {
   const state = new WakeState(opts.home);
   if (!state.lockRelay(opts.socket)) {

@@ -1,6 +1,6 @@
 import { findSession, pidAlive } from './claude-sessions.js';
 import { awaitingMcp, doorbellText } from './doorbell.js';
-import { watchInbox, type InboxState } from './inbox-watch.js';
+import { pause, watchInbox, type InboxState } from './inbox-watch.js';
 import { readToken } from './relay.js';
 import { WakeState } from './wake-state.js';
 
@@ -24,12 +24,6 @@ export interface RewakeOptions {
 /** Mail seen while the session is idle is checked again after this long, so a Stop hook that is handing it over right now wins. */
 const SETTLE_MS = 500;
 const POLL_MS = 250;
-
-const pause = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-  });
 
 /** Resolves with the hook's exit code: 2 to wake the model (doorbell on stderr), 0 to stand down. */
 export async function rewakeWait(opts: RewakeOptions): Promise<number> {
