@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import { startServer, type BeidouServer } from '../src/server/server.js';
 import { waitForEvent } from './support/events.js';
+import { within } from './support/poll.js';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
 
 /**
@@ -15,15 +16,6 @@ import { connectAgent, createTask, removeHome, startTestServer, tempHome, type T
  * parameters and resume ids as 4xx, and the Host/Origin check against DNS rebinding.
  * Connection-level behaviour is driven with raw sockets.
  */
-
-/** A deadline on something awaited: "never happened" becomes a failure, not a hang. */
-function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    promise.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms))),
-  ]);
-}
 
 /** A raw TCP connection to the server: what it writes, and a promise of everything read until it closed. */
 function rawSocket(url: string, payload?: string | Buffer) {

@@ -7,6 +7,9 @@ import type { Services } from '../runtime/services.js';
 import type { McpSessions } from './mcp.js';
 import { fromDomainError } from './http-errors.js';
 
+/** A comment line this often keeps proxies and NATs from dropping a quiet stream. */
+const KEEP_ALIVE_MS = 15_000;
+
 /**
  * `GET /api/hook/inbox/stream` (agent tokens): the agent's inbox as it changes, for the
  * `beidou relay` and the rewake hook that wake an idle Claude Code session
@@ -27,6 +30,9 @@ export function inboxStream(services: Services, sessions: Pick<McpSessions, 'ses
   return async (req: Request, res: Response): Promise<void> => {
     const p = req.principal;
     if (p?.kind !== 'agent') throw new Error('inbox stream without an agent principal');
+    // The client may have gone while its token was being checked: its 'close' has passed,
+    // and a stream opened now would hold its place under the cap (and a log listener) forever.
+    if (res.closed || req.socket.destroyed) return;
     const agentId = p.agentId;
     const held = open.get(agentId) ?? 0;
     if (held >= config.maxSessionsPerAgent) {
@@ -39,44 +45,56 @@ export function inboxStream(services: Services, sessions: Pick<McpSessions, 'ses
         ),
       );
     }
+    // Express runs GET routes for HEAD too; Node sends a HEAD's headers only at its end, so a
+    // stream would leave the client waiting forever, holding a place. What a GET would start with:
+    if (req.method === 'HEAD') return void res.status(200).type('text/event-stream').end();
     open.set(agentId, held + 1);
-    let released = false;
-    const release = () => {
-      if (released) return;
-      released = true;
-      const n = (open.get(agentId) ?? 1) - 1;
-      if (n > 0) open.set(agentId, n);
-      else open.delete(agentId);
-    };
-    res.once('close', release);
-
-    const session = await createSession(req, res, { keepAlive: 15_000 });
     const taskId = registry.agent(agentId)!.task_id;
     let last = '';
     let unsubscribe = () => {};
+    let keepAlive: NodeJS.Timeout | undefined;
     let finished = false;
     const finish = () => {
       if (finished) return;
       finished = true;
       unsubscribe();
+      clearInterval(keepAlive);
       stopping.removeEventListener('abort', finish);
-      release();
+      const n = (open.get(agentId) ?? 1) - 1;
+      if (n > 0) open.set(agentId, n);
+      else open.delete(agentId);
       res.end();
     };
+    // The response's 'close' is the connection's end, whenever it comes (even while the
+    // session is being set up). better-sse's 'disconnected' alone would miss it then, and
+    // also fires on the request's 'close', which Node emits once a request body is read.
+    res.once('close', finish);
+    stopping.addEventListener('abort', finish, { once: true });
+    if (stopping.aborted) return finish();
+
+    // Our own keep-alive: better-sse's starts after its session's disconnection when the
+    // request closed first (a GET with a body), and would then run for ever.
+    const session = await createSession(req, res, { keepAlive: null });
+    if (finished) return;
+    keepAlive = setInterval(() => res.write(':\n\n'), KEEP_ALIVE_MS);
+    session.on('disconnected', finish);
     const update = () => {
       if (finished) return;
       const agent = registry.agent(agentId);
       if (!agent) return finish();
       const ended = inboxWatchEnd(registry.state, agent);
       const summary = JSON.stringify({ ...inboxSummary(registry.state, agent), mcp_sessions: sessions.sessionsOf(agentId) });
-      if (summary !== last) {
-        last = summary;
-        session.push(JSON.parse(summary), 'inbox');
+      try {
+        if (summary !== last) {
+          last = summary;
+          session.push(JSON.parse(summary), 'inbox');
+        }
+        if (ended) session.push({ reason: ended }, 'ended');
+      } catch {
+        // A session better-sse already counts as gone: end it (a listener must not throw).
+        return finish();
       }
-      if (ended) {
-        session.push({ reason: ended }, 'ended');
-        finish();
-      }
+      if (ended) finish();
     };
     const unsubscribeLog = registry.log.subscribe(taskId, update);
     const unsubscribeSessions = sessions.watchSessions(agentId, update);
@@ -84,8 +102,6 @@ export function inboxStream(services: Services, sessions: Pick<McpSessions, 'ses
       unsubscribeLog();
       unsubscribeSessions();
     };
-    stopping.addEventListener('abort', finish, { once: true });
-    session.on('disconnected', finish);
     update();
   };
 }

@@ -13,3 +13,12 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+/** A deadline on something awaited: "never happened" becomes a failure, not a hang. */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    promise.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms))),
+  ]);
+}
