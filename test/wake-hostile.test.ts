@@ -299,6 +299,7 @@ describe('the wake path under hostile conditions', () => {
       const b = await bench();
       // Set up by `beidou attach`, and the SessionStart hook run exactly as the settings say.
       settleClaudeHome(b.home, { projects: [b.project] });
+      rmSync(path.dirname(b.tokenFile), { recursive: true }); // attach makes the token's folder
       const attached = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
         const c = spawn(process.execPath, [CLI, 'attach', '--agent', b.task.root_agent_id, '--server', b.ts.url, '--home', b.beidouHome, '--claude-bin', CLAUDE], { cwd: b.project, env: b.env(), stdio: ['ignore', 'ignore', 'pipe'] });
         let stderr = '';
@@ -761,5 +762,11 @@ describe('with the real Claude Code: /clear while the rewake hooks wait', () => 
     });
     expect(lastUserText(woken.request.body)).toMatch(/\[Beidou\] 1 new message from user/);
     expect((await rig.readInboxResult(0)).messages.map((m: any) => m.content)).toEqual(['after the clear']);
+
+    // After a real session (transcripts, Claude Code's own files, the wake folder, the event log): the token is in its file only.
+    const tokenFile = path.join(ts.home, 'agents', `${rig.task.root_agent_id}.token`);
+    const token = readFileSync(tokenFile, 'utf8').trim();
+    const holders = [rig.home, ts.home].flatMap(filesUnder).filter((f) => readFileSync(f).includes(token));
+    expect(holders).toEqual([tokenFile]);
   }, 180_000);
 });

@@ -81,9 +81,9 @@ export function liveSessions(env: NodeJS.ProcessEnv = process.env): ClaudeSessio
 }
 
 /**
- * The session of a Claude Code process, by its pid, or (with no pid to go by) the one whose
- * id or socket is given. A known pid's own file is the only answer: another file naming the
- * same session id (a stale one, or garbage) speaks for another process.
+ * The session of a Claude Code process, by its pid, or the one whose id or socket is given.
+ * With a pid to go by, only a session of that pid answers: another file naming the same
+ * session id (a stale one, or garbage) speaks for another process.
  */
 export function findSession(
   by: { pid?: number | null; sessionId?: string | null; socket?: string | null },
@@ -91,9 +91,10 @@ export function findSession(
 ): ClaudeSession | null {
   if (by.pid) {
     const s = readSession(path.join(sessionsDir(env), `${by.pid}.json`));
-    return s && s.pid === by.pid && pidAlive(s.pid) ? s : null;
+    if (s && s.pid === by.pid && pidAlive(s.pid)) return s;
   }
-  return liveSessions(env).find((s) => (by.socket && s.messagingSocketPath === by.socket) || (by.sessionId && s.sessionId === by.sessionId)) ?? null;
+  const matches = (s: ClaudeSession) => (!by.pid || s.pid === by.pid) && ((by.socket && s.messagingSocketPath === by.socket) || (by.sessionId && s.sessionId === by.sessionId));
+  return liveSessions(env).find(matches) ?? null;
 }
 
 /** A session that can be rung: peer protocol 1 and a socket that exists. */
