@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -93,9 +94,9 @@ class StandIn {
   }
 
   /** Resolves with the first doorbell (from index `from` on) that `match` accepts. */
-  ring(match: (r: Rung) => boolean, what: string, from = 0): Promise<Rung> {
+  ring(match: (r: Rung) => boolean, what: string, from = 0, timeoutMs = WAIT_MS): Promise<Rung> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; rung: ${JSON.stringify(this.rings.map((r) => r.user?.message.content))}`)), WAIT_MS);
+      const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; rung: ${JSON.stringify(this.rings.map((r) => r.user?.message.content))}`)), timeoutMs);
       const check = () => {
         const hit = this.rings.slice(from).find(match);
         if (hit) {
@@ -143,6 +144,41 @@ function withDeadline<T>(p: Promise<T>, what: string, ms = WAIT_MS): Promise<T> 
   );
 }
 
+/**
+ * A TCP hop between a relay and the server that can go silent: its open connections stop
+ * carrying bytes either way without closing (what a sleeping laptop or a changed network
+ * leaves); new connections still get through.
+ */
+async function silenceableProxy(target: URL): Promise<{ url: string; silence(): void; close(): Promise<void> }> {
+  const pairs: Array<[net.Socket, net.Socket]> = [];
+  const silenced: net.Socket[] = [];
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port), target.hostname);
+    for (const [a, z] of [[client, upstream], [upstream, client]] as const) {
+      a.pipe(z);
+      a.on('error', () => z.destroy());
+    }
+    pairs.push([client, upstream]);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    silence: () => {
+      for (const [client, upstream] of pairs.splice(0)) {
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        client.pause();
+        upstream.pause();
+        silenced.push(client, upstream);
+      }
+    },
+    close: async () => {
+      for (const sock of [...silenced.splice(0), ...pairs.splice(0).flat()]) sock.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
 /** Every file under `dir` (symlinks not followed). */
 function filesUnder(dir: string): string[] {
   const out: string[] = [];
@@ -487,6 +523,20 @@ describe('the wake path under hostile conditions', () => {
       expect(res.status).toBe(200);
       await s.ring((r) => r.user.message.content.includes(`ref ${res.body.message_id}`), 'the doorbell once the server is up');
     }, 60_000);
+
+    it('the connection goes silent without closing (half-open after the machine slept or the network changed): the relay reconnects and rings', async () => {
+      const b = await bench();
+      const proxy = await silenceableProxy(new URL(b.ts.url));
+      cleanups.push(() => proxy.close());
+      const s = await b.standIn(b.socketPath());
+      b.session(s);
+      const relay = b.relay(s, ['--server', proxy.url]);
+      await following(relay.log);
+      proxy.silence();
+      const id = await b.send('sent while the connection was dead');
+      await s.ring((r) => r.user.message.content.includes(`ref ${id}`), 'the doorbell after the relay noticed the silence', 0, 60_000);
+      expect(relay.log()).toMatch(/inbox stream: nothing from the server in 40 s/);
+    }, 90_000);
 
     it('the token file rewritten while the relay runs: read again at the next connection (another agent\'s token: that agent\'s mail; garbage: the relay stops)', async () => {
       const b = await bench();
