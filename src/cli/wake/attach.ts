@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -6,6 +7,7 @@ import { defaultHome } from '../../config.js';
 import { adminToken, api, CliError, serverUrl, type ClientOptions } from '../client.js';
 import { FIRST_WAKE_VERSION, liveSessions, parseVersion, ringable, wakes } from './claude-sessions.js';
 import { WakeState, type WakePath } from './wake-state.js';
+import { agentOfToken } from './wake-hook.js';
 
 /**
  * `beidou attach --agent ID`: makes plain `claude`, started in this folder, that agent. The
@@ -51,8 +53,10 @@ function readJson(file: string): Json {
 
 function writeFileAtomic(file: string, text: string, mode: number): void {
   mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, text, { mode });
+  // A new file of our own (O_EXCL, unguessable name): in a shared folder a file or link
+  // planted at a predictable name would otherwise take the token, with its own mode.
+  const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  writeFileSync(tmp, text, { mode, flag: 'wx' });
   renameSync(tmp, file);
 }
 
@@ -218,6 +222,14 @@ function installedTokenFile(settings: Json): string | null {
   return null;
 }
 
+function holdsToken(file: string): boolean {
+  try {
+    return agentOfToken(readFileSync(file, 'utf8').trim()) !== null;
+  } catch {
+    return false;
+  }
+}
+
 async function remove(opts: AttachOptions, dir: string): Promise<void> {
   const file = settingsFile(dir);
   const settings = readJson(file);
@@ -230,14 +242,16 @@ async function remove(opts: AttachOptions, dir: string): Promise<void> {
   }
   const hadServer = removeMcpServer(opts, dir);
   const hadToken = !!tokenFile && existsSync(tokenFile);
-  if (tokenFile) rmSync(tokenFile, { force: true });
-  if (!hadSettings && !hadServer && !hadToken) throw new CliError(`nothing of beidou attach to remove in ${dir}`);
+  // The settings name the file, and a project's settings may come from anyone: delete only a token.
+  const isToken = hadToken && holdsToken(tokenFile);
+  if (isToken) rmSync(tokenFile, { force: true });
+  if (!hadSettings && !hadServer && !isToken) throw new CliError(`nothing of beidou attach to remove in ${dir}`);
   process.stdout.write(
     [
       `detached ${dir}:`,
       `  hooks and permission: ${hadSettings ? `removed from ${file}` : 'none were there'}`,
       `  MCP server "${SERVER_NAME}": ${hadServer ? 'removed from Claude Code\'s local scope' : 'none was there'}`,
-      `  token file: ${hadToken ? `${tokenFile} deleted` : 'none'}`,
+      `  token file: ${isToken ? `${tokenFile} deleted` : hadToken ? `${tokenFile} left alone: it is not a token` : 'none'}`,
       'A running Claude Code session keeps what it loaded until it ends; its relay ends with it.',
       '',
     ].join('\n'),

@@ -35,9 +35,10 @@ export function parseSession(text: string): ClaudeSession | null {
   } catch {
     return null;
   }
-  if (!raw || typeof raw !== 'object' || typeof raw.pid !== 'number') return null;
+  // A pid of 0 or below names a process group to kill(2), which answers "alive" for ever.
+  if (!raw || typeof raw !== 'object' || !Number.isSafeInteger(raw.pid) || (raw.pid as number) <= 0) return null;
   return {
-    pid: raw.pid,
+    pid: raw.pid as number,
     sessionId: str(raw.sessionId),
     cwd: str(raw.cwd),
     version: str(raw.version),
@@ -79,16 +80,21 @@ export function liveSessions(env: NodeJS.ProcessEnv = process.env): ClaudeSessio
     .filter((s): s is ClaudeSession => s !== null && pidAlive(s.pid));
 }
 
-/** The session of a Claude Code process, by its pid, or the one whose id or socket is given. */
+/**
+ * The session of a Claude Code process, by its pid, or the one whose id or socket is given.
+ * With a pid to go by, only a session of that pid answers: another file naming the same
+ * session id (a stale one, or garbage) speaks for another process.
+ */
 export function findSession(
   by: { pid?: number | null; sessionId?: string | null; socket?: string | null },
   env: NodeJS.ProcessEnv = process.env,
 ): ClaudeSession | null {
   if (by.pid) {
     const s = readSession(path.join(sessionsDir(env), `${by.pid}.json`));
-    if (s && pidAlive(s.pid)) return s;
+    if (s && s.pid === by.pid && pidAlive(s.pid)) return s;
   }
-  return liveSessions(env).find((s) => (by.socket && s.messagingSocketPath === by.socket) || (by.sessionId && s.sessionId === by.sessionId)) ?? null;
+  const matches = (s: ClaudeSession) => (!by.pid || s.pid === by.pid) && ((by.socket && s.messagingSocketPath === by.socket) || (by.sessionId && s.sessionId === by.sessionId));
+  return liveSessions(env).find(matches) ?? null;
 }
 
 /** A session that can be rung: peer protocol 1 and a socket that exists. */

@@ -59,12 +59,46 @@ export async function watchInbox(opts: WatchOptions): Promise<WatchEnd> {
   return { kind: 'aborted' };
 }
 
+/**
+ * How long the server may take to answer, and then stay silent. It answers at once and
+ * writes at least a keep-alive comment every 15 s: a connection quiet for longer is dead
+ * without saying so (a half-open TCP connection after the machine slept or the network
+ * changed), and would otherwise be waited on for ever, the session never rung again.
+ */
+const ANSWER_MS = 10_000;
+const SILENCE_MS = 40_000;
+
 /** One connection: its end, or 'reconnect' when the stream closed without saying why. */
 async function once(opts: WatchOptions): Promise<WatchEnd | 'reconnect'> {
+  // This connection's own signal: the watch's, or the silence's.
+  const connection = new AbortController();
+  const stop = () => connection.abort();
+  opts.signal.addEventListener('abort', stop, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  let silence = '';
+  const expect = (ms: number, what: string) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => ((silence = what), connection.abort()), ms);
+  };
+  expect(ANSWER_MS, `the server did not answer in ${ANSWER_MS / 1000} s`);
+  try {
+    if (opts.signal.aborted) connection.abort();
+    return await follow(opts, connection.signal, () => expect(SILENCE_MS, `nothing from the server in ${SILENCE_MS / 1000} s`));
+  } catch (err) {
+    if (silence && !opts.signal.aborted) throw new Error(silence);
+    throw err;
+  } finally {
+    clearTimeout(timer);
+    opts.signal.removeEventListener('abort', stop);
+  }
+}
+
+async function follow(opts: WatchOptions, signal: AbortSignal, heard: () => void): Promise<WatchEnd | 'reconnect'> {
   const res = await fetch(`${opts.server}/api/hook/inbox/stream`, {
     headers: { authorization: `Bearer ${opts.token()}`, accept: 'text/event-stream' },
-    signal: opts.signal,
+    signal,
   });
+  heard();
   if (res.status === 401 || res.status === 403 || res.status === 404) {
     const body = (await res.json().catch(() => ({}))) as { error?: string; message?: string };
     return { kind: 'refused', status: res.status, message: `${body.error ?? res.status}: ${body.message ?? ''}` };
@@ -88,6 +122,7 @@ async function once(opts: WatchOptions): Promise<WatchEnd | 'reconnect'> {
   });
   const decoder = new TextDecoder();
   for await (const chunk of res.body) {
+    heard();
     parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
     if (ended) break;
   }

@@ -44,14 +44,9 @@ export async function relay(opts: RelayOptions): Promise<void> {
     return;
   }
   const claudeKey = opts.claudePid ? `pid:${opts.claudePid}` : `sid:${opts.sessionId}`;
-  state.recordSession(claudeKey, {
-    path: 'socket',
-    pid: process.pid,
-    agent_id: opts.agentId,
-    session_id: opts.sessionId,
-    socket: opts.socket,
-    since: Date.now(),
-  });
+  const since = Date.now();
+  const record = () => state.recordSession(claudeKey, { path: 'socket', pid: process.pid, agent_id: opts.agentId, session_id: opts.sessionId, socket: opts.socket, since });
+  record();
   const stop = new AbortController();
   let why = 'stopped';
   let sessionGone = false;
@@ -60,10 +55,20 @@ export async function relay(opts: RelayOptions): Promise<void> {
     why = reason;
     stop.abort();
   };
+  let folderTrouble = false;
   const live = setInterval(() => {
     if (!existsSync(opts.socket) || (opts.claudePid && !pidAlive(opts.claudePid))) {
       sessionGone = true;
       end('the session ended');
+      return;
+    }
+    try {
+      if (!state.holdsRelay(opts.socket)) return end('another relay serves the socket');
+      if (state.sessionWake(claudeKey)?.pid !== process.pid) record(); // a relay that stood down may have written over it
+    } catch (err) {
+      // Keep ringing: the lock only keeps relays apart. Said once, not every second.
+      if (!folderTrouble) log(`wake folder: ${(err as Error).message}`);
+      folderTrouble = true;
     }
   }, LIVENESS_MS);
   for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.once(sig, () => end(sig));

@@ -18,6 +18,8 @@ export interface RewakeOptions {
   token: string;
   home: string;
   sessionId: string;
+  /** The Claude Code process (CLAUDE_PID): its waiters replace each other across session ids (/clear). */
+  claudePid: number | null;
   agentId: string | null;
 }
 
@@ -28,9 +30,10 @@ const POLL_MS = 250;
 /** Resolves with the hook's exit code: 2 to wake the model (doorbell on stderr), 0 to stand down. */
 export async function rewakeWait(opts: RewakeOptions): Promise<number> {
   const state = new WakeState(opts.home);
-  state.claimWaiter(opts.sessionId);
-  const session = findSession({ sessionId: opts.sessionId });
+  const session = findSession({ pid: opts.claudePid, sessionId: opts.sessionId });
   const claudeKey = session ? `pid:${session.pid}` : `sid:${opts.sessionId}`;
+  // One waiter per Claude Code process, not per session id: /clear starts a new id in the same process.
+  state.claimWaiter(claudeKey);
   state.recordSession(claudeKey, { path: 'rewake', pid: process.pid, agent_id: opts.agentId, session_id: opts.sessionId, socket: null, since: Date.now() });
   const parent = process.ppid;
   const stop = new AbortController();
@@ -40,7 +43,7 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
 
   // Stand down when a newer waiter took over, or when the session is gone.
   const live = setInterval(() => {
-    if (!state.isNewestWaiter(opts.sessionId) || process.ppid !== parent || (session && !pidAlive(session.pid))) stop.abort();
+    if (!state.isNewestWaiter(claudeKey) || process.ppid !== parent || (session && !pidAlive(session.pid))) stop.abort();
   }, 1_000);
 
   const idle = () => findSession({ pid: session?.pid, sessionId: opts.sessionId })?.status !== 'busy';
@@ -56,7 +59,7 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
         }
         await pause(SETTLE_MS, stop.signal);
         if (stop.signal.aborted || !latest || latest.count === 0 || !idle()) continue;
-        if (!state.isNewestWaiter(opts.sessionId)) return stop.abort();
+        if (!state.isNewestWaiter(claudeKey)) return stop.abort();
         process.stderr.write(doorbellText(latest) + '\n');
         code = 2;
         return stop.abort();
@@ -80,7 +83,7 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
   } finally {
     stop.abort();
     clearInterval(live);
-    state.releaseWaiter(opts.sessionId);
+    state.releaseWaiter(claudeKey);
     state.forgetSession(claudeKey);
   }
   return code;

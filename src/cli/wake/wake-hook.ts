@@ -59,7 +59,7 @@ export async function wakeHook(event: 'session-start' | 'rewake', ctx: WakeHookC
     process.stderr.write(`beidou hook: not waiting for mail: ${session ? `Claude Code ${session.version ?? '(unknown version)'}` : 'this session is not in Claude Code\'s sessions folder'} may not run asyncRewake hooks in the background; messages arrive after a tool call, at a stop, or by read_inbox\n`);
     return 0;
   }
-  return rewakeWait({ server: ctx.server, tokenFile: ctx.tokenFile, token: ctx.token, home, sessionId: ctx.sessionId, agentId });
+  return rewakeWait({ server: ctx.server, tokenFile: ctx.tokenFile, token: ctx.token, home, sessionId: ctx.sessionId, claudePid: session.pid, agentId });
 }
 
 function startRelay(o: WakeHookContext & { home: string; agentId: string | null; socket: string; claudePid: number | null }): void {

@@ -56,15 +56,20 @@ export class WakeState {
     return createHash('sha256').update(text).digest('hex').slice(0, 16);
   }
 
+  /** A relay log's name: a pid, or a session id from the environment kept to one name in this folder. */
+  private static logName(claudePidOrSession: string | number): string {
+    return `relay-${String(claudePidOrSession).replace(/[^\w.-]/g, '_')}.log`;
+  }
+
   /** The log of the relay of one Claude Code process (kept when the relay ends for any reason but its session's end). */
   relayLog(claudePidOrSession: string | number): string {
-    return this.file(`relay-${claudePidOrSession}.log`);
+    return this.file(WakeState.logName(claudePidOrSession));
   }
 
   /** What a session left here, once it has ended: its permission mode and its relay's log. */
   forgetEnded(sessionId: string, claudePidOrSession: string | number): void {
     this.remove(`mode-${WakeState.key(sessionId)}`);
-    this.remove(`relay-${claudePidOrSession}.log`);
+    this.remove(WakeState.logName(claudePidOrSession));
   }
 
   /** The pid of the live relay for this socket, or null. */
@@ -90,22 +95,32 @@ export class WakeState {
     return false;
   }
 
+  /**
+   * Whether this process still holds the socket's relay lock, re-taken if it went missing or
+   * its holder died. Two relays that started together can both believe they hold it (one
+   * read the other's lock while it was being written, or took a dead relay's lock that the
+   * other had just replaced): the one whose lock another live relay now holds stands down.
+   */
+  holdsRelay(socket: string): boolean {
+    return Number(this.read(`relay-${WakeState.key(socket)}.pid`)) === process.pid || this.lockRelay(socket);
+  }
+
   unlockRelay(socket: string): void {
     const name = `relay-${WakeState.key(socket)}.pid`;
     if (Number(this.read(name)) === process.pid) this.remove(name);
   }
 
-  /** Makes this process the session's newest rewake waiter (an older one then stands down). */
-  claimWaiter(sessionId: string): void {
-    this.write(`waiter-${WakeState.key(sessionId)}.pid`, String(process.pid));
+  /** Makes this process the newest rewake waiter of a Claude Code process (`pid:…`, else `sid:…`); an older one then stands down. */
+  claimWaiter(claudeKey: string): void {
+    this.write(`waiter-${WakeState.key(claudeKey)}.pid`, String(process.pid));
   }
 
-  isNewestWaiter(sessionId: string): boolean {
-    return Number(this.read(`waiter-${WakeState.key(sessionId)}.pid`)) === process.pid;
+  isNewestWaiter(claudeKey: string): boolean {
+    return Number(this.read(`waiter-${WakeState.key(claudeKey)}.pid`)) === process.pid;
   }
 
-  releaseWaiter(sessionId: string): void {
-    if (this.isNewestWaiter(sessionId)) this.remove(`waiter-${WakeState.key(sessionId)}.pid`);
+  releaseWaiter(claudeKey: string): void {
+    if (this.isNewestWaiter(claudeKey)) this.remove(`waiter-${WakeState.key(claudeKey)}.pid`);
   }
 
   /** The permission mode a hook last saw for the session (hook input `permission_mode`). */
