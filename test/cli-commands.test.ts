@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clock, dateTime } from '../src/cli/table.js';
-import { beidou, buildCli, CliChild, closedPort } from './support/cli.js';
+import { beidou, buildCli, CliChild, closedPort, ROOT } from './support/cli.js';
 import { until } from './support/poll.js';
 import { handSpawner } from './support/spawner-stream.js';
 import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from './support/server.js';
@@ -275,7 +275,14 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
       `${clock(all[0]!.ts)} user started the task with ${rootName} as its root (skill leader): "tail me"`,
       `${clock(all[1]!.ts)} user → ${rootName}: spawned (skill leader)`,
     ]);
-    expect((await cli('tail', own.task_id, '--no-follow', '-n', '1')).stdout.split('\n').filter(Boolean)).toHaveLength(1);
+    const [one, beyond, badLines] = await Promise.all([
+      cli('tail', own.task_id, '--no-follow', '-n', '1'),
+      cli('tail', own.task_id, '--since', '999'),
+      cli('tail', own.task_id, '--lines', 'all'),
+    ]);
+    expect(one.stdout.split('\n').filter(Boolean)).toHaveLength(1);
+    expect(beyond).toEqual({ code: 1, stdout: '', stderr: `beidou: 400 invalid_input: --since: 999 is beyond the last event of this task (seq ${all.length})\n` });
+    expect(badLines).toEqual({ code: 2, stdout: '', stderr: 'beidou: --lines must be a non-negative integer\n' });
 
     const follow = new CliChild(['tail', own.task_id, '--server', ts.url, '--home', ts.home]);
     onTestFinished(async () => void (await follow.stop('SIGKILL')));
@@ -357,6 +364,20 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
       expect(runs.map((r, i) => ({ command: commands[i]!.join(' '), ...r }))).toEqual(commands.map((c) => ({ command: c.join(' '), ...expected })));
     } finally {
       rmSync(scratch, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('docs/cli.md', () => {
+  it('has a subsection with an example for each command of "Operating a team from the CLI"', () => {
+    const doc = readFileSync(path.join(ROOT, 'docs', 'cli.md'), 'utf8');
+    const section = doc.slice(doc.indexOf('\n## Operating a team from the CLI\n'));
+    expect(section.length).toBeGreaterThan(100);
+    for (const command of ['task list', 'task show', 'task terminate', 'agent show', 'message', 'decline', 'spawners', 'tail']) {
+      const at = section.indexOf(`\n### \`beidou ${command}\`\n`);
+      expect(at, command).toBeGreaterThan(0);
+      const body = section.slice(at + 1).split('\n### ')[0]!;
+      expect(body, command).toMatch(new RegExp(`\`\`\`sh\nbeidou ${command}[ \n]`));
     }
   });
 });

@@ -17,9 +17,10 @@ export interface TailOptions extends ClientOptions {
 export async function tail(taskId: string, opts: TailOptions): Promise<void> {
   const count = opts.lines === undefined ? 10 : Number(opts.lines);
   if (!Number.isInteger(count) || count < 0) throw new CliError('--lines must be a non-negative integer', 2);
+  const from = opts.since !== undefined ? sinceOption(opts.since) : null;
   const detail = await api<TaskDetailView>(opts, 'GET', `/tasks/${encodeURIComponent(taskId)}`);
   // Seqs run 1, 2, 3…: the last `count` events start after event_count - count.
-  const since = opts.since !== undefined ? sinceOption(opts.since) : Math.max(0, detail.task.event_count - count);
+  const since = from ?? Math.max(0, detail.task.event_count - count);
   const names = new Map(detail.agents.map((a) => [a.agent_id, a.name]));
   const name = namer(names);
   const print = (e: StoredEvent) => {
