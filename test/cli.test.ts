@@ -1,9 +1,7 @@
-import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
+import { buildCli, CliChild } from './support/cli.js';
 import { connectAgent, removeHome, tempHome } from './support/server.js';
 
 /**
@@ -11,94 +9,21 @@ import { connectAgent, removeHome, tempHome } from './support/server.js';
  * synchronised on their output lines and exits, never on timers.
  */
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const MAIN = path.join(ROOT, 'dist', 'cli', 'main.js');
 const LISTENING = /^beidou listening on (http:\/\/127\.0\.0\.1:(\d+))$/;
 
-beforeAll(() => {
-  // `npm test` builds first; build again so a bare `vitest run` tests the current source.
-  try {
-    execFileSync('npx', ['tsc', '-b'], { cwd: ROOT, stdio: 'pipe' });
-  } catch (err) {
-    // tsc -b still emits on type errors; only a missing binary is fatal here.
-    if (!existsSync(MAIN)) throw new Error(`build failed and ${MAIN} is missing:\n${(err as { stdout?: Buffer }).stdout?.toString() ?? err}`);
-  }
-}, 120_000);
-
-/** The environment of a child: ours without any BEIDOU_* setting, plus the given ones. */
-function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('BEIDOU_')) env[k] = v;
-  return { ...env, BEIDOU_LOG_LEVEL: 'silent', ...extra };
-}
-
-interface Exit {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-/** A running child whose stdout lines are collected and can be awaited. */
-class Child {
-  readonly proc: ChildProcess;
-  readonly lines: string[] = [];
-  stderr = '';
-  readonly exited: Promise<Exit>;
-  private exit: Exit | null = null;
-  private waiters: Array<() => void> = [];
-
-  constructor(args: string[], env: Record<string, string> = {}) {
-    this.proc = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
-    createInterface({ input: this.proc.stdout! }).on('line', (line) => {
-      this.lines.push(line);
-      this.notify();
-    });
-    this.proc.stderr!.setEncoding('utf8').on('data', (chunk: string) => (this.stderr += chunk));
-    this.exited = new Promise((resolve) => {
-      this.proc.on('close', (code, signal) => {
-        this.exit = { code, signal };
-        this.notify();
-        resolve(this.exit);
-      });
-    });
-  }
-
-  private notify(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    waiters.forEach((w) => w());
-  }
-
-  /** Resolves with the first line (already printed or to come) matching; rejects if the child exits first. */
-  waitForLine(match: (line: string, index: number) => boolean): Promise<string> {
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        const found = this.lines.find(match);
-        if (found !== undefined) return resolve(found);
-        if (this.exit) {
-          return reject(new Error(`child exited (${JSON.stringify(this.exit)}) before the line; stdout:\n${this.lines.join('\n')}\nstderr:\n${this.stderr}`));
-        }
-        this.waiters.push(check);
-      };
-      check();
-    });
-  }
-
-  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<Exit> {
-    if (!this.exit) this.proc.kill(signal);
-    return this.exited;
-  }
-}
+// Rebuilt so a bare `vitest run` tests the current source.
+beforeAll(() => buildCli(true), 120_000);
 
 /** Runs a command to completion. */
 async function run(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = new Child(args, env);
+  const child = new CliChild(args, env);
   const { code } = await child.exited;
   return { code, stdout: child.lines.map((l) => l + '\n').join(''), stderr: child.stderr };
 }
 
 /** `beidou serve` on a free port; resolves once it prints where it listens. */
 async function serve(home: string, args: string[] = ['--port', '0'], env: Record<string, string> = {}) {
-  const child = new Child(['serve', '--home', home, ...args], env);
+  const child = new CliChild(['serve', '--home', home, ...args], env);
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) {
@@ -120,7 +45,7 @@ async function apiCall(url: string, home: string, method: string, route: string,
 }
 
 /** Kills the child (if still running) when the test ends. */
-function track({ onTestFinished }: TestContext, child: Child): Child {
+function track({ onTestFinished }: TestContext, child: CliChild): CliChild {
   onTestFinished(async () => {
     await child.stop('SIGKILL');
   });
@@ -317,7 +242,7 @@ describe('beidou client commands', () => {
     const n = before.body.events.length as number;
     expect(n).toBeGreaterThan(0);
 
-    const follow = track(ctx, new Child(client('events', '--task', created.task_id, '--follow')));
+    const follow = track(ctx, new CliChild(client('events', '--task', created.task_id, '--follow')));
     await follow.waitForLine((_l, i) => i === n - 1);
     expect(follow.lines.map((l) => (JSON.parse(l) as { seq: number }).seq)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 import { Command } from 'commander';
 import { VERSION } from '../util/version.js';
+import { agentShow, message } from './agent.js';
 import { CliError } from './client.js';
 import { events } from './events.js';
-import { answer, questions } from './questions.js';
+import { answer, decline, questions } from './questions.js';
+import { spawners } from './spawners.js';
 import { statsRebuild } from './stats.js';
-import { taskStart } from './task.js';
+import { tail } from './tail.js';
+import { taskList, taskShow, taskStart, taskTerminate } from './task.js';
 import { token } from './token.js';
 
 const program = new Command()
@@ -52,6 +55,56 @@ clientOptions(
 ).action(taskStart);
 
 clientOptions(
+  task.command('list').description('every task, newest first: status, agents live/total, events').option('--json', 'print the API\'s JSON'),
+).action(taskList);
+
+clientOptions(
+  task
+    .command('show')
+    .description('one task: its team tree, plans, questions waiting for you, and cost')
+    .argument('<task_id>', 'the task')
+    .option('--json', 'print the API\'s JSON'),
+).action(taskShow);
+
+clientOptions(
+  task
+    .command('terminate')
+    .description('terminate a task: its root and, depth-first, every agent under it')
+    .argument('<task_id>', 'the task')
+    .option('--json', 'print JSON'),
+).action(taskTerminate);
+
+const agent = program.command('agent').description('agents');
+clientOptions(
+  agent
+    .command('show')
+    .description('one agent: status (and its error), team, process, inbox, usage, a hand-off waiting')
+    .argument('<agent>', 'an agent id, or with --task a name or role')
+    .option('--task <task_id>', 'look AGENT up by name or role in this task')
+    .option('--json', 'print the API\'s JSON'),
+).action(agentShow);
+
+clientOptions(
+  program
+    .command('message')
+    .description('send a message to an agent as the user')
+    .argument('<agent>', 'an agent id, or with --task a name or role')
+    .argument('<text>', 'the message')
+    .option('--task <task_id>', 'look AGENT up by name or role in this task')
+    .option('--json', 'print JSON'),
+).action(message);
+
+clientOptions(
+  program
+    .command('tail')
+    .description('a task\'s events as readable lines: the last few, then each new one as it happens')
+    .argument('<task_id>', 'the task')
+    .option('-n, --lines <n>', 'how many past events to show first', '10')
+    .option('--since <seq>', 'show every event after this seq instead')
+    .option('--no-follow', 'stop after the past events'),
+).action(tail);
+
+clientOptions(
   program
     .command('events')
     .description('print a task\'s events as JSON lines; --follow keeps streaming')
@@ -73,6 +126,19 @@ clientOptions(
     .option('--text <text>', 'free text, or the text an option requires')
     .option('--answers <json>', 'all answers as JSON: [{"selected_labels": [...], "text": ...}, ...]'),
 ).action(answer);
+
+clientOptions(
+  program
+    .command('decline')
+    .description('decline a question as the user; the asking agent is told your reason')
+    .argument('<qid>', 'the question id (see beidou questions)')
+    .option('--reason <text>', 'why you will not answer (the agent reads it)')
+    .option('--json', 'print JSON'),
+).action(decline);
+
+clientOptions(
+  program.command('spawners').description('the spawners the server knows, and the agents each runs').option('--json', 'print the API\'s JSON'),
+).action(spawners);
 
 program
   .command('spawner')

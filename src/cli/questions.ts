@@ -1,4 +1,4 @@
-import { api, CliError, type ClientOptions } from './client.js';
+import { api, CliError, flagsFrom, printJson, type ClientOptions, type FlagOf } from './client.js';
 
 interface PendingQuestion {
   qid: string;
@@ -59,6 +59,36 @@ export async function answer(qid: string, opts: AnswerOptions): Promise<void> {
     if (!opts.choose?.length && !opts.text) throw new CliError('say what to answer: --choose LABEL and/or --text "..." (or --answers JSON)', 2);
     answers = [{ selected_labels: opts.choose ?? [], text: opts.text ?? null }];
   }
-  await api(opts, 'POST', `/questions/${encodeURIComponent(qid)}/answer`, { answers });
+  try {
+    await api(opts, 'POST', `/questions/${encodeURIComponent(qid)}/answer`, { answers }, opts.answers ? inAnswersJson : fromAnswerFlags);
+  } catch (err) {
+    if (err instanceof CliError && err.code === 'answer_count_mismatch' && !opts.answers) {
+      throw new CliError(`${err.message}; --choose/--text answer one sub-question: give them all with --answers JSON`, 1, err.code);
+    }
+    throw err;
+  }
   process.stdout.write(`answered ${qid}\n`);
+}
+
+/** `--choose`/`--text` fill the one answer's `selected_labels` and `text`. */
+const fromAnswerFlags: FlagOf = (field) => {
+  const m = /^answers\[\d+\]\.(selected_labels|text)$/.exec(field);
+  if (m) return m[1] === 'text' ? '--text' : '--choose';
+  return field === 'answers' ? '--choose/--text' : undefined;
+};
+
+/** `--answers` is the request's array as typed: the field is named inside it. */
+const inAnswersJson: FlagOf = (field) => (field.startsWith('answers') ? `--answers (${field})` : undefined);
+
+export interface DeclineOptions extends ClientOptions {
+  reason?: string;
+  json?: boolean;
+}
+
+/** `beidou decline QID --reason TEXT`: the user will not answer; the asker's ask_user fails with user_declined. */
+export async function decline(qid: string, opts: DeclineOptions): Promise<void> {
+  if (opts.reason === undefined) throw new CliError('say why: --reason "..." (the asking agent reads it)', 2);
+  await api(opts, 'POST', `/questions/${encodeURIComponent(qid)}/decline`, { reason: opts.reason }, flagsFrom({ reason: '--reason' }));
+  if (opts.json) printJson({ ok: true, qid });
+  else process.stdout.write(`declined ${qid}\n`);
 }

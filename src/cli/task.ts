@@ -1,4 +1,5 @@
-import { api, serverUrl, type ClientOptions } from './client.js';
+import { api, flagsFrom, printJson, serverUrl, type ClientOptions } from './client.js';
+import { renderTaskDetail, renderTaskList, type TaskDetailView, type TaskListItem } from './render.js';
 
 interface CreatedTask {
   task_id: string;
@@ -16,6 +17,9 @@ export interface TaskStartOptions extends ClientOptions {
   workspace?: string;
 }
 
+/** The request's fields as `task start` spells them. */
+const START_FLAGS = flagsFrom({ task: 'TEXT', skill: '--skill', model: '--model', name: '--name', workspace: '--workspace' });
+
 /** `beidou task start "TEXT"`: create a task; print its ids, the root's token and a ready `claude mcp add` line. */
 export async function taskStart(text: string, opts: TaskStartOptions): Promise<void> {
   const body = {
@@ -26,7 +30,7 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
     ...(opts.name ? { name: opts.name } : {}),
     ...(opts.workspace ? { workspace: opts.workspace } : {}),
   };
-  const created = await api<CreatedTask>(opts, 'POST', '/tasks', body);
+  const created = await api<CreatedTask>(opts, 'POST', '/tasks', body, START_FLAGS);
   const claudeLine = `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`;
   if (opts.json) {
     process.stdout.write(JSON.stringify({ ...created, claude_mcp_add: claudeLine, attach: `beidou attach --agent ${created.root_agent_id} --server ${serverUrl(opts)}` }) + '\n');
@@ -54,4 +58,29 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
     );
   }
   process.stdout.write(lines.join('\n'));
+}
+
+export interface JsonOption extends ClientOptions {
+  json?: boolean;
+}
+
+/** `beidou task list`: every task, newest first. */
+export async function taskList(opts: JsonOption): Promise<void> {
+  const listed = await api<{ tasks: TaskListItem[] }>(opts, 'GET', '/tasks');
+  if (opts.json) printJson(listed);
+  else process.stdout.write(renderTaskList(listed.tasks));
+}
+
+/** `beidou task show ID`: the team tree, plans, questions waiting and cost of one task. */
+export async function taskShow(taskId: string, opts: JsonOption): Promise<void> {
+  const detail = await api<TaskDetailView>(opts, 'GET', `/tasks/${encodeURIComponent(taskId)}`);
+  if (opts.json) printJson(detail);
+  else process.stdout.write(renderTaskDetail(detail));
+}
+
+/** `beidou task terminate ID`: the admin's termination: the root and, depth-first, every agent under it. */
+export async function taskTerminate(taskId: string, opts: JsonOption): Promise<void> {
+  await api(opts, 'POST', `/tasks/${encodeURIComponent(taskId)}/terminate`, {});
+  if (opts.json) printJson({ ok: true, task_id: taskId });
+  else process.stdout.write(`terminating ${taskId}: its root and every agent under it are told to stop; the task ends as terminated\n`);
 }

@@ -1,0 +1,17 @@
+/** Short renderings of values for people: the CLI's tables and the event sentences share them. */
+
+/** A text on one line (whitespace runs become one space), cut at `max` characters with `…`. */
+export function excerpt(text: string, max = 60): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  const chars = [...flat];
+  return chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : flat;
+}
+
+/** `1 message`, `2 messages`. */
+export function plural(n: number, word: string, many = `${word}s`): string {
+  return `${n} ${n === 1 ? word : many}`;
+}
+
+export function usd(n: number): string {
+  return `$${n.toFixed(4)}`;
+}
