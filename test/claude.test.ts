@@ -233,6 +233,8 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(sentWhole.find((t) => t.name === 'mcp__beidou__send_message')?.description).toEqual(expect.any(String));
     // The prompt assembled by the server reaches the system prompt.
     expect(JSON.stringify(first.body.system)).toContain('Persistent-agent contract');
+    // ... and Claude Code hands the model the server's initialize instructions: the agent's brief.
+    expect(JSON.stringify(first.body)).toContain(`You are agent root-${rootId.slice(-4)} (${rootId}) in Beidou task ${taskId}, the root agent`);
 
     // list_peers' result reaches the model as our JSON.
     const second = await fake.waitForTurn(1, { timeoutMs: STEP_MS });
