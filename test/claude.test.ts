@@ -233,6 +233,8 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(sentWhole.find((t) => t.name === 'mcp__beidou__send_message')?.description).toEqual(expect.any(String));
     // The prompt assembled by the server reaches the system prompt.
     expect(JSON.stringify(first.body.system)).toContain('Persistent-agent contract');
+    // ... and Claude Code hands the model the server's initialize instructions: the agent's brief.
+    expect(JSON.stringify(first.body)).toContain(`You are agent root-${rootId.slice(-4)} (${rootId}) in Beidou task ${taskId}, the root agent`);
 
     // list_peers' result reaches the model as our JSON.
     const second = await fake.waitForTurn(1, { timeoutMs: STEP_MS });
@@ -447,6 +449,41 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(await proc.exited).toBe(0);
     // Delivered once: the inbox is empty and nothing else took it.
     expect((await ts.api('GET', `/agents/${task.root_agent_id}`)).body).toMatchObject({ inbox_depth: 0 });
+  }, 90_000);
+
+  it('a person\'s session: the root\'s brief arrives as server instructions, and /mcp__beidou__launch hands the model its launch prompt', async () => {
+    ts = await startTestServer();
+    const task = await createTask(ts, { task: 'Write a haiku about the sea into haiku.md' });
+    fake = await startFakeAnthropic([{ text: 'Hello.' }, { text: 'Starting on the haiku.' }]);
+    const dir = tmp('beidou-claude-cwd-');
+    const mcpConfig = path.join(dir, 'mcp.json');
+    writeFileSync(mcpConfig, JSON.stringify({ mcpServers: { beidou: { type: 'http', url: task.mcp_url, headers: { Authorization: `Bearer ${task.token}` } } } }));
+    // Turns on stdin, as a person types them once the session is up.
+    const proc = run(CLAUDE, ['-p', '--input-format', 'stream-json', '--output-format', 'stream-json', '--verbose', '--mcp-config', mcpConfig], {
+      cwd: dir,
+      env: claudeEnv(fake, tmp('beidou-claude-home-')),
+      stdin: true,
+    });
+    procs.push(proc);
+
+    // A typed first turn: Claude Code adds the server's instructions to it.
+    proc.child.stdin!.write(userLine('hello'));
+    const first = await fake.waitForTurn(0, { timeoutMs: STEP_MS });
+    expect(JSON.stringify(first.body)).toContain('# MCP Server Instructions');
+    expect(JSON.stringify(first.body)).toContain(`You are agent root-${task.root_agent_id.slice(-4)} (${task.root_agent_id}) in Beidou task ${task.task_id}, the root agent`);
+    await proc.waitLine((o) => o.type === 'result', 'the first turn\'s result');
+
+    // The prompt as a command: Claude Code expands it into the user turn: skill, identity, contracts, task.
+    proc.child.stdin!.write(userLine('/mcp__beidou__launch'));
+    const second = await fake.waitForTurn(1, { timeoutMs: STEP_MS });
+    const turn = lastUserText(second.body);
+    expect(turn).toContain('<command-name>/mcp__beidou__launch</command-name>');
+    expect(turn).toContain('You are root, a leader in a Beidou team.');
+    expect(turn).toContain(`- Agent id: ${task.root_agent_id}`);
+    expect(turn).toContain('## Completion-handoff contract');
+    expect(turn).toContain('## Your task\nWrite a haiku about the sea into haiku.md');
+    proc.child.stdin!.end();
+    expect(await proc.exited).toBe(0);
   }, 90_000);
 
   it.skipIf(process.getuid?.() !== 0)('as root without --sandbox, Claude Code refuses bypassPermissions: the spawner reports the crashes', async () => {

@@ -63,6 +63,71 @@ export function teamWorkspace(projectWorkspace: string, teamId: string): string 
   return path.join(projectWorkspace, 'teams', teamId);
 }
 
+/** What an agent is launched with: the assembled system prompt and its first user turn. */
+export interface LaunchTexts {
+  prompt: string;
+  first_message: string;
+}
+
+/** Who the launch prompt tells an agent it is, and the task it is handed. */
+export interface LaunchSubject {
+  agentId: string;
+  name: string;
+  role: string | null;
+  description: string;
+  teamName: string | null;
+  leaderId: string;
+  leaderName: string;
+  workspacePath: string;
+  projectWorkspace: string;
+  planTaskId: string | null;
+  task: string;
+}
+
+/** The one builder of launch texts: the launch record a spawner gets, and the prompt an agent that connects on its own gets. */
+export function launchTexts(skill: { body: string }, s: LaunchSubject): LaunchTexts {
+  const prompt = assemblePrompt(skill, {
+    agent_id: s.agentId,
+    name: s.name,
+    role: s.role ?? 'root',
+    role_description: s.description,
+    team_name: s.teamName ?? '(none: you are the root and lead the task)',
+    leader: s.leaderId === USER ? 'the user (through the user gateway)' : `${s.leaderName} (${s.leaderId})`,
+    workspace_path: s.workspacePath,
+    project_workspace_path: s.projectWorkspace,
+  });
+  const assignment = s.planTaskId
+    ? { plan_task_id: s.planTaskId, artifacts_path: path.join(s.projectWorkspace, 'artifacts', s.planTaskId) }
+    : undefined;
+  return { prompt, first_message: firstMessage(s.task, assignment) };
+}
+
+/**
+ * An agent's launch texts: its launch record when one was queued for a spawner (exactly what
+ * the spawner was or will be given), else (a root a person runs) assembled from its
+ * registration with its skill as it is on disk now. Throws `unknown_skill` when that skill
+ * no longer loads.
+ */
+export function launchOf(state: RegistryState, agent: AgentRecord, skills: SkillSource): LaunchTexts {
+  if (agent.launch) return { prompt: agent.launch.prompt, first_message: agent.launch.first_message };
+  const planTask = agent.plan_id && agent.plan_task_id ? state.plans.get(agent.plan_id)?.tasks.get(agent.plan_task_id) : undefined;
+  const skill = skills.require(agent.skill, null, `the skill "${agent.skill}" of agent ${agent.agent_id} no longer loads`);
+  return launchTexts(skill, {
+    agentId: agent.agent_id,
+    name: agent.name,
+    role: agent.role,
+    description: agent.description,
+    teamName: agent.team_id ? (state.teams.get(agent.team_id)?.name ?? agent.team_id) : null,
+    leaderId: agent.leader_id,
+    leaderName: state.agents.get(agent.leader_id)?.name ?? agent.leader_id,
+    workspacePath: agent.workspace_path,
+    projectWorkspace: agent.project_workspace_path,
+    planTaskId: agent.plan_task_id,
+    // As agentDrafts hands it: a plan task's own text, else the task's (the root's, and create_team members').
+    task: planTask?.task ?? state.tasks.get(agent.task_id)?.text ?? '',
+  });
+}
+
 /** `agent_spawned` and, when launched, `launch.requested` with the assembled prompt. */
 export function agentDrafts(spec: AgentSpec): EventDraft[] {
   const name = agentName(spec.role, spec.agentId);
@@ -87,26 +152,25 @@ export function agentDrafts(spec: AgentSpec): EventDraft[] {
     },
   ];
   if (spec.launch) {
-    const prompt = assemblePrompt(spec.skill, {
-      agent_id: spec.agentId,
+    const { prompt, first_message } = launchTexts(spec.skill, {
+      agentId: spec.agentId,
       name,
-      role: spec.role ?? 'root',
-      role_description: spec.description,
-      team_name: spec.team?.name ?? '(none: you are the root and lead the task)',
-      leader: spec.leaderId === USER ? 'the user (through the user gateway)' : `${spec.leaderName} (${spec.leaderId})`,
-      workspace_path: workspacePath,
-      project_workspace_path: spec.projectWorkspace,
+      role: spec.role,
+      description: spec.description,
+      teamName: spec.team?.name ?? null,
+      leaderId: spec.leaderId,
+      leaderName: spec.leaderName,
+      workspacePath,
+      projectWorkspace: spec.projectWorkspace,
+      planTaskId: spec.plan?.planTaskId ?? null,
+      task: spec.task,
     });
-    const planTaskId = spec.plan?.planTaskId;
-    const assignment = planTaskId
-      ? { plan_task_id: planTaskId, artifacts_path: path.join(spec.projectWorkspace, 'artifacts', planTaskId) }
-      : undefined;
     drafts.push({
       event: 'launch.requested',
       task_id: spec.taskId,
       agent_id: spec.agentId,
       prompt,
-      first_message: firstMessage(spec.task, assignment),
+      first_message,
       model,
       workspace_path: workspacePath,
       project_workspace_path: spec.projectWorkspace,

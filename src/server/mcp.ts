@@ -4,6 +4,8 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import {
+  GetPromptRequestSchema,
+  ListPromptsRequestSchema,
   ListToolsRequestSchema,
   isInitializeRequest,
   type CallToolResult,
@@ -22,6 +24,7 @@ import { Connection, FlushingSSEServerTransport, requestConnection, type ReplyTr
 import { SessionCap } from './session-cap.js';
 import { SessionEventStore } from './stream-store.js';
 import { onToolCall } from './tool-call.js';
+import { getLaunchPrompt, LAUNCH_PROMPT_LISTING, launchInstructions } from './launch-prompt.js';
 import { toolDefinition } from './tool-listing.js';
 
 /**
@@ -118,15 +121,23 @@ export class McpSessions {
     return this.sessions.get(id);
   }
 
-  /** One SDK server per session, with the tool handlers bound to the session's agent. */
+  /**
+   * One SDK server per session, with the tool handlers bound to the session's agent. Its
+   * instructions and its `launch` prompt are that agent's (launch-prompt.ts).
+   */
   private newServer(agentId: string, replies: ReplyTracker): Server {
+    const agent = this.services.registry.agent(agentId);
     const server = new Server(
       { name: 'beidou', version: VERSION },
       {
-        capabilities: { tools: { listChanged: false }, logging: {}, experimental: { 'claude/channel': {} } },
-        instructions:
-          'Beidou coordinates a team of agents. Your identity comes from your token. Use send_message to talk to peers, list_peers to find them, read_inbox to read messages if your client does not deliver them as turns.',
+        capabilities: { tools: { listChanged: false }, prompts: { listChanged: false }, logging: {}, experimental: { 'claude/channel': {} } },
+        // The route authenticated the agent just now; a missing one is only a race with its removal.
+        ...(agent ? { instructions: launchInstructions(this.services, agent) } : {}),
       },
+    );
+    server.setRequestHandler(ListPromptsRequestSchema, () => ({ prompts: [LAUNCH_PROMPT_LISTING] }));
+    server.setRequestHandler(GetPromptRequestSchema, (request) =>
+      getLaunchPrompt(this.services, this.services.registry.agent(agentId), request.params.name),
     );
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
     onToolCall(server, async (request, extra): Promise<CallToolResult> => {
