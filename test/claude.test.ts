@@ -18,6 +18,7 @@ import {
   type FakeAnthropic,
   type MessagesBody,
 } from './support/fake-anthropic.js';
+import { CLAUDE, claudeEnv } from './support/claude-tmux.js';
 import { CLI } from './support/process.js';
 import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
 
@@ -28,32 +29,9 @@ import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, 
  * each step waits on a request the fake recorded or on an event in the task's log.
  */
 
-const CLAUDE = path.resolve(import.meta.dirname, '../node_modules/.bin/claude');
 // The built adapter, as the spawner runs it: its hook commands point at dist/cli/main.js.
 const { claudeArgs, writeAgentFiles } = (await import(path.resolve(import.meta.dirname, '../dist/spawner/adapters/claude.js'))) as typeof ClaudeAdapter;
 const STEP_MS = 45_000;
-
-/** The environment Claude Code runs in: the fake as its API, a temp HOME, no outside traffic. */
-function claudeEnv(fake: FakeAnthropic, home: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    // Nothing of the session running the tests leaks in: its API settings, its Claude Code,
-    // its Beidou, nor IS_SANDBOX (the spawner must set that itself with --sandbox).
-    if (/^(ANTHROPIC_|CLAUDE|BEIDOU_|MCP_)/.test(k) || k === 'IS_SANDBOX') continue;
-    env[k] = v;
-  }
-  return {
-    ...env,
-    HOME: home,
-    ANTHROPIC_BASE_URL: fake.url,
-    ANTHROPIC_API_KEY: 'test',
-    DISABLE_AUTOUPDATER: '1',
-    DISABLE_TELEMETRY: '1',
-    DISABLE_ERROR_REPORTING: '1',
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
-    ...extra,
-  };
-}
 
 /**
  * The tools Claude Code offers the model: those in `tools`, and the deferred ones it names
