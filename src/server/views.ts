@@ -1,4 +1,4 @@
-import { agentStatus } from '../registry/queries.js';
+import { agentStatus, pendingAtGateway } from '../registry/queries.js';
 import type { QuarantinedTask } from '../registry/quarantine.js';
 import { USER, type AgentRecord, type PlanRecord, type QuestionRecord, type RegistryState, type TaskRecord, type TeamRecord } from '../registry/state.js';
 
@@ -89,7 +89,9 @@ export function taskDetail(state: RegistryState, t: TaskRecord) {
     stats.input_tokens += a.stats.input_tokens;
     stats.output_tokens += a.stats.output_tokens;
     stats.cost_usd += a.stats.cost_usd;
-    stats.messages += a.sent_count;
+    // Every message that reached an inbox, whoever sent it: the user is no agent, so the
+    // agents' sent counts alone miss the user's messages.
+    stats.messages += a.delivered_count + a.inbox.size;
     stats.undelivered += a.inbox.size;
   }
   return {
@@ -132,6 +134,40 @@ export function questionView(q: QuestionRecord) {
     answered_at: q.answered_at,
     audit: q.audit.map((a) => ({ ...a })),
   };
+}
+
+/** `GET /api/tasks` and the `tasks` event of `GET /api/tasks/stream`: every task, newest first, quarantined ones included. */
+export function taskListView(state: RegistryState, quarantined: Iterable<QuarantinedTask>) {
+  return [...[...state.tasks.values()].map((t) => taskSummary(state, t)), ...[...quarantined].map(quarantinedSummary)].sort(
+    (a, b) => (b.created_at ?? 0) - (a.created_at ?? 0),
+  );
+}
+
+/**
+ * `GET /api/questions/pending` and the `questions` event of `GET /api/tasks/stream`: the
+ * questions waiting at the user gateway, oldest first, with the names a person reads
+ * (`asker_name` is `beidou` for the server's own questions; `task_name` is null for a task
+ * started without a name).
+ */
+export function pendingQuestionsView(state: RegistryState) {
+  const nameOf = (id: string | null) => (id === null ? null : (state.agents.get(id)?.name ?? id));
+  return pendingAtGateway(state).map((q) => {
+    const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } = questionView(q);
+    return {
+      qid,
+      task_id,
+      task_name: state.tasks.get(task_id)?.name ?? null,
+      asker_agent_id,
+      asker_name: nameOf(asker_agent_id)!,
+      origin,
+      subject_agent_id,
+      subject_name: nameOf(subject_agent_id),
+      questions,
+      context,
+      chain,
+      created_at,
+    };
+  });
 }
 
 /**
