@@ -74,11 +74,13 @@ export function taskView(t: TaskRecord) {
 
 export function taskSummary(state: RegistryState, t: TaskRecord) {
   let live = 0;
+  let cost = 0;
   for (const id of t.agent_ids) {
     const a = state.agents.get(id);
     if (a && !a.terminate_consumed) live++;
+    if (a) cost += a.stats.cost_usd;
   }
-  return { ...taskView(t), agents: { total: t.agent_ids.length, live } };
+  return { ...taskView(t), agents: { total: t.agent_ids.length, live }, cost_usd: cost };
 }
 
 export function taskDetail(state: RegistryState, t: TaskRecord) {
@@ -184,8 +186,8 @@ function quarantinedTaskView(q: QuarantinedTask) {
 
 export function quarantinedSummary(q: QuarantinedTask) {
   const t = q.state.tasks.get(q.task_id);
-  const agents = t ? taskSummary(q.state, t).agents : { total: 0, live: 0 };
-  return { ...quarantinedTaskView(q), agents };
+  const { agents, cost_usd } = t ? taskSummary(q.state, t) : { agents: { total: 0, live: 0 }, cost_usd: 0 };
+  return { ...quarantinedTaskView(q), agents, cost_usd };
 }
 
 export function quarantinedDetail(q: QuarantinedTask) {
