@@ -134,8 +134,8 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
         return (
           <fieldset key={i} class="question-item" data-testid="question-item" data-index={i}>
             <legend>
-              {item.header && <span class="chip soft">{item.header}</span>}
-              <span class="question-text-label">{item.question}</span>
+              {item.header && item.header !== ORIGINS[question.origin] && <span class="chip soft">{item.header}</span>}
+              <span class={`question-text-label${item.question.length > 140 ? ' long' : ''}`}>{item.question}</span>
             </legend>
             {choices(item).map((o) => (
               <div key={o.label} class="option">
