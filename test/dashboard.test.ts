@@ -103,6 +103,24 @@ describe('the dashboard page', () => {
   });
 });
 
+describe('GET /api/skills (the new-task form)', () => {
+  let ts: TestServer;
+  afterEach(async () => {
+    await ts.close();
+    removeHome(ts.home);
+  });
+
+  it('lists the skills a task can start with, by name with their descriptions; admin token only', async () => {
+    ts = await startTestServer();
+    const res = await ts.api('GET', '/skills');
+    expect(res.status).toBe(200);
+    const names = res.body.skills.map((s: { name: string }) => s.name);
+    expect(names).toEqual(expect.arrayContaining(['leader', 'worker']));
+    for (const skill of res.body.skills) expect(skill).toEqual({ name: expect.any(String), description: expect.stringMatching(/\S/) });
+    expect((await ts.api('GET', '/skills', undefined, '')).status).toBe(401);
+  });
+});
+
 interface SseEvent {
   event: string;
   data: any;
