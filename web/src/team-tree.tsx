@@ -65,8 +65,8 @@ function AgentNode({ agent: a, kidsOf, teamNames }: { agent: Agent; kidsOf: Map<
             </span>
           )}
           {a.status === 'terminated' && (
-            <span class="badge terminated" data-testid="badge-terminated">
-              terminated
+            <span class="badge terminated" data-testid="badge-terminated" title="terminated">
+              ended {a.terminated_at !== null ? clock(a.terminated_at) : ''}
             </span>
           )}
           {a.error && (
