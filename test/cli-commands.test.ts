@@ -34,6 +34,7 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
   let root: TestAgent;
   let task: Awaited<ReturnType<typeof createTask>>;
   let spawnerId: string;
+  let beat: () => Promise<unknown>;
   const writers: Array<{ agent_id: string; name: string; plan: string }> = [];
   const streams: AbortController[] = [];
   const agents: TestAgent[] = [];
@@ -43,6 +44,8 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     ts = await startTestServer();
     const spawner = await handSpawner(ts, 'cli-box', streams);
     spawnerId = (await spawner.next('hello')).spawner_id;
+    // A hand-driven spawner beats only when told: one silent for three beats leaves the list.
+    beat = () => spawner.post('/heartbeat', {});
     task = await createTask(ts, { task: 'Write the operator guide', name: 'guide' });
     root = await connectAgent(ts.url, task.token);
     agents.push(root);
@@ -244,6 +247,7 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
   });
 
   it('spawners: each spawner and the agents it holds; --json is the API\'s answer', async () => {
+    await beat();
     const [plain, json, api] = await Promise.all([cli('spawners'), cli('spawners', '--json'), ts.api('GET', '/spawners')]);
     expect(plain.code).toBe(0);
     expect(JSON.parse(json.stdout)).toEqual(api.body);
