@@ -76,7 +76,7 @@ class Terminal {
   }
 
   /** Starts a command that runs until stopped; resolves once `done(lines)` holds, then stops it. */
-  async untilPrinted(command: string, done: (lines: string[]) => Promise<boolean>): Promise<Printed & { timedOut: boolean }> {
+  async untilPrinted(command: string, done: (lines: string[]) => Promise<boolean>): Promise<Printed & { failure: string | null }> {
     const child = spawn('bash', ['--noprofile', '--norc', '-c', `{\n${command}\n} 2>&1`], { cwd: this.home, env: this.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let text = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (text += d));
@@ -84,17 +84,17 @@ class Terminal {
     let ended = false;
     void exited.then(() => (ended = true));
     const deadline = Date.now() + LONG_RUNNING_MS;
-    let timedOut = true;
-    while (Date.now() < deadline && !ended) {
-      if (await done(this.shown(text))) {
-        timedOut = false;
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 50));
+    let printed = false;
+    while (Date.now() < deadline && !ended && !printed) {
+      printed = await done(this.shown(text));
+      if (!printed) await new Promise((r) => setTimeout(r, 50));
     }
+    // It printed what the page shows (or never will): stopped with SIGTERM, its whole process group.
+    const exitedEarly = ended && !printed;
     if (!ended) process.kill(-child.pid!, 'SIGTERM');
-    await exited;
-    return { lines: this.shown(text), exit: ended && timedOut ? 1 : 0, timedOut };
+    const exit = await exited;
+    const failure = printed ? null : exitedEarly ? `it exited (${exit}) before printing what the page shows` : `it did not print what the page shows within ${LONG_RUNNING_MS} ms`;
+    return { lines: this.shown(text), exit, failure };
   }
 }
 
@@ -258,7 +258,7 @@ describe('docs/cli.md', () => {
         const [command] = example.commands as [DocCommand];
         const printed = await terminal.untilPrinted(texts[0]!, settled(ts, command, bindings));
         const head = printed.lines.slice(0, command.expected.length);
-        outcomes.push({ command, ran: texts[0]!, printed: printed.lines, exit: 0, mismatch: printed.timedOut ? `not printed within ${LONG_RUNNING_MS} ms` : matchSample(command.expected, head, bindings) });
+        outcomes.push({ command, ran: texts[0]!, printed: printed.lines, exit: printed.exit, mismatch: printed.failure ?? matchSample(command.expected, head, bindings) });
         return;
       }
       const printed = await terminal.block(texts);
