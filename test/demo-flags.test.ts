@@ -1,7 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { parseDemoFlags } from '../src/demo/main.js';
 
-/** `npm run demo -- ...`: each flag on its own, together, and a refusal naming the usage. */
+/**
+ * `npm run demo -- ...`: one parser for the plain and the chaos demo; each flag on its own,
+ * together, and a refusal naming the usage. test/demo.test.ts runs the demo with them.
+ */
 describe('demo flags', () => {
   it('parses --keep and --slow without --chaos, and all of them together', () => {
     expect(parseDemoFlags([])).toEqual({ chaos: false, keep: false, slow: false, seed: undefined });
@@ -15,5 +18,6 @@ describe('demo flags', () => {
     expect(() => parseDemoFlags(['--fast'])).toThrow(/unknown flag --fast; usage: npm run demo -- \[--chaos\]/);
     expect(() => parseDemoFlags(['--seed', 'x'])).toThrow(/--seed needs a whole number/);
     expect(() => parseDemoFlags(['--seed'])).toThrow(/--seed needs a whole number \(got nothing\)/);
+    expect(() => parseDemoFlags(['--seed', '42', '--keep'])).toThrow(/--seed replays a chaos run: give --chaos too/);
   });
 });

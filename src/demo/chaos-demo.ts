@@ -1,10 +1,13 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { PACKAGE_ROOT } from '../util/version.js';
 import { seeded } from './chaos-processes.js';
 import { recoveryLines } from './chaos-report.js';
-import { planFaults, runTeam, type Ev, type TeamRunResult } from './chaos.js';
+import type { StoredEvent } from '../events/catalogue.js';
+import { planFaults, runTeam, type TeamRunResult } from './chaos.js';
+import { Story } from './story.js';
+import { nextLines, watchLines } from './where.js';
 
 export interface ChaosDemoOptions {
   seed?: number;
@@ -28,6 +31,9 @@ export async function runChaosDemo(options: ChaosDemoOptions = {}): Promise<Team
   say(`chaos    seed ${seed} (run it again with --seed ${seed}); home ${home}`);
   const faults = planFaults(random, ['server', 'spawner', 'agent', 'agent'], slow ? 3_000 : 500, slow ? 10_000 : 2_000);
   const names = new Map<string, string>();
+  // The plain demo's story, with the relaunches and losses this run is about.
+  const story = new Story({ alsoTell: ['agent_started', 'agent_completed'] });
+  let taskId: string | null = null;
   try {
     const result = await runTeam({
       home,
@@ -39,17 +45,19 @@ export async function runChaosDemo(options: ChaosDemoOptions = {}): Promise<Team
       deadlineMs: slow ? 30 * 60_000 : 120_000,
       agentEnv: slow ? { BEIDOU_SCRIPT_DELAY_MS: String(options.stepDelayMs) } : {},
       answer: () => null,
-      onStart: ({ url, taskId }) => {
-        say(`server   ${url} (a child process, killed and restarted on this port)`);
-        if (slow) say(`dashboard ${url}/ with the admin token in ${path.join(home, 'admin.token')}`);
-        say(`task     ${taskId}\n`);
+      onStart: ({ url, taskId: id }) => {
+        taskId = id;
+        say(`server    ${url} (a child process, killed and restarted on this port)`);
+        if (slow) for (const line of watchLines(url, readFileSync(path.join(home, 'admin.token'), 'utf8').trim())) say(line);
+        say(`task      ${id}\n`);
       },
-      onEvent: (e, ms) => {
+      onEvent: (e) => {
         if (e.event === 'agent_spawned') names.set(e.agent_id, e.name);
-        if (e.event !== 'assistant_text') say(`  ${clock(ms)} ${String(e.seq).padStart(4)}  ${e.event}${describe(e, names)}`);
+        for (const line of story.add(e as unknown as StoredEvent)) say(line);
       },
-      onFault: (f) => say(`  ${clock(f.atMs)}  *** kill ${f.target} (pid ${f.pid})`),
+      onFault: (f) => say(`${clock(f.atMs)}  *** kill ${f.target} (pid ${f.pid}) with SIGKILL`),
     });
+    for (const line of story.end()) say(line);
     say('\nwhat was killed, and how each part recovered:');
     for (const line of recoveryLines(result)) say(`  ${line}`);
     const ended = result.events.find((e) => e.event === 'task_ended');
@@ -60,18 +68,14 @@ export async function runChaosDemo(options: ChaosDemoOptions = {}): Promise<Team
     for (const q of result.unexpectedQuestions) say(`  a question reached the user unanswered: ${q.qid} ${q.origin} ${q.prompt}`);
     return { ...result, home, seed };
   } finally {
-    if (options.keepHome) say(`home kept: ${home} (beidou serve --home ${home} to look at it again)`);
-    else rmSync(home, { recursive: true, force: true });
+    if (!options.keepHome) rmSync(home, { recursive: true, force: true });
+    if (taskId) {
+      say('');
+      for (const line of nextLines({ home, kept: options.keepHome === true, taskId, chaos: true })) say(line);
+    }
   }
 }
 
 function clock(ms: number): string {
   return `+${(ms / 1000).toFixed(1)}s`.padStart(7);
-}
-
-function describe(e: Ev, names: Map<string, string>): string {
-  const bits = ['agent_id', 'caller_id', 'to', 'plan_task_id', 'qid', 'state', 'reason', 'status', 'msg', 'strike_count', 'resumed', 'spawner_id']
-    .filter((k) => e[k] !== undefined && e[k] !== null && typeof e[k] !== 'object')
-    .map((k) => `${k}=${typeof e[k] === 'string' ? (names.get(e[k]) ?? e[k]) : String(e[k])}`);
-  return bits.length ? `  ${bits.join(' ')}` : '';
 }

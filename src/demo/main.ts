@@ -7,19 +7,32 @@ import type { StoredEvent } from '../events/catalogue.js';
 import { loadConfig } from '../config.js';
 import { startServer } from '../server/server.js';
 import { PACKAGE_ROOT } from '../util/version.js';
+import { Story, summaryLines } from './story.js';
+import { nextLines, watchLines } from './where.js';
+
+export interface DemoOptions {
+  /** Print nothing (the tests that read the events instead). */
+  quiet?: boolean;
+  keepHome?: boolean;
+  /** Milliseconds each scripted agent waits before each step (`--slow`). */
+  stepDelayMs?: number;
+  /** Stops the run early (Ctrl-C): the spawner and server are stopped, the home deleted unless kept. */
+  signal?: AbortSignal;
+}
 
 /**
  * `npm run demo`: a server and a spawner (command adapter) on a temp home run a three-agent
  * task with scripted agents to completion — plan, spawn, messages, a question answered by a
- * leader, reviews with a rework, approval, the user's final Approve and the cascade — then
- * print what happened, from the event log.
+ * leader, reviews with a rework, approval, the user's final Approve and the cascade — told
+ * as a story from the task's first event as it happens, then a summary and where to look next.
  */
-export async function runDemo(options: { quiet?: boolean; keepHome?: boolean; stepDelayMs?: number } = {}): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
+export async function runDemo(options: DemoOptions = {}): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
   const say = (line: string) => options.quiet || process.stdout.write(line + '\n');
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-demo-'));
   const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), { logger: pino({ level: 'warn' }) });
-  say(`server   ${server.url} (home ${home})`);
-  if (options.stepDelayMs) say(`dashboard ${server.url}/ with the admin token ${server.adminToken}`);
+  say('beidou demo: scripted agents run a three-agent task through a real server and spawner');
+  say(`server    ${server.url} (home ${home})`);
+  if (options.stepDelayMs) for (const line of watchLines(server.url, server.adminToken)) say(line);
   const api = async (method: string, route: string, body?: unknown) => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
@@ -41,62 +54,78 @@ export async function runDemo(options: { quiet?: boolean; keepHome?: boolean; st
         BEIDOU_LOG_LEVEL: 'warn',
         ...(options.stepDelayMs ? { BEIDOU_SCRIPT_DELAY_MS: String(options.stepDelayMs) } : {}),
       },
-      stdio: ['ignore', options.quiet ? 'ignore' : 'inherit', 'inherit'],
+      // Its banner would interrupt the story; its warnings still show.
+      stdio: ['ignore', 'ignore', options.quiet ? 'ignore' : 'inherit'],
     },
   );
+  let taskId: string | null = null;
+  let finished = false;
   try {
     const task = await api('POST', '/tasks', { task: 'Write a short report on Polaris, the North Star.', name: 'polaris report' });
-    say(`task     ${task.task_id} (root ${task.root_agent_id})\n`);
-    // Done when the task has ended and every agent's sentinel is consumed, as the durable
-    // log says (the registry in memory can be a commit ahead of the disk).
-    // The root was spawned before this subscription began: count it from the start.
-    const spawned = new Set<string>([task.root_agent_id]);
+    taskId = task.task_id as string;
+    say(`task      ${task.task_id} "polaris report"\n`);
+    const story = new Story();
+    const spawned = new Set<string>();
     const consumed = new Set<string>();
     let ended = false;
-    await new Promise<void>((resolve) => {
-      const unsubscribe = server.services.registry.log.subscribe(task.task_id, (events) => {
-        for (const e of events) {
-          if (!options.quiet) say(`  ${String(e.seq).padStart(3)}  ${e.event}${describe(e)}`);
-          if (e.event === 'agent_spawned') spawned.add(e.agent_id);
-          if (e.event === 'terminate.consumed') consumed.add(e.agent_id);
-          if (e.event === 'task_ended') ended = true;
-          if (e.event === 'question_asked' && e.origin === 'root_review') {
-            // The user at the gateway approves the root's hand-off.
-            void api('POST', `/questions/${e.qid}/answer`, { answers: [{ selected_labels: ['Approve'], text: null }] });
-          }
-        }
-        if (ended && [...spawned].every((id) => consumed.has(id))) {
-          unsubscribe();
-          resolve();
-        }
+    let lastSeq = 0;
+    const take = (e: StoredEvent) => {
+      if (e.seq <= lastSeq) return; // in the backlog and in a batch the subscription brought
+      lastSeq = e.seq;
+      for (const line of story.add(e)) say(line);
+      if (e.event === 'agent_spawned') spawned.add(e.agent_id);
+      if (e.event === 'terminate.consumed') consumed.add(e.agent_id);
+      if (e.event === 'task_ended') ended = true;
+      if (e.event === 'question_asked' && e.origin === 'root_review') {
+        // The user at the gateway approves the root's hand-off.
+        void api('POST', `/questions/${e.qid}/answer`, { answers: [{ selected_labels: ['Approve'], text: null }] });
+      }
+    };
+    // Done when the task has ended and every agent's sentinel is consumed, as the durable
+    // log says (the registry in memory can be a commit ahead of the disk).
+    await new Promise<void>((resolve, reject) => {
+      const log = server.services.registry.log;
+      const check = () => {
+        if (!ended || ![...spawned].every((id) => consumed.has(id))) return;
+        unsubscribe();
+        resolve();
+      };
+      // Subscribed first, then the backlog read from seq 0 in the same tick: every event is
+      // either in the backlog or in a later batch (or both, which `take` skips).
+      const unsubscribe = log.subscribe(task.task_id, (events) => {
+        events.forEach(take);
+        check();
       });
+      log.read(task.task_id, 0, 100_000).forEach(take);
+      check();
+      options.signal?.addEventListener('abort', () => {
+        unsubscribe();
+        reject(new DemoStopped());
+      }, { once: true });
     });
+    for (const line of story.end()) say(line);
     const events = server.services.registry.log.read(task.task_id, 0, 100_000);
-    if (!options.quiet) summary(events, await api('GET', `/tasks/${task.task_id}`));
+    const detail = await api('GET', `/tasks/${task.task_id}`);
+    say('\nsummary');
+    for (const line of summaryLines(events, detail.stats)) say(line);
+    finished = true;
     return { taskId: task.task_id, home, events };
   } finally {
     spawner.kill('SIGTERM');
     await server.close();
-    if (options.keepHome) say(`home kept: ${home}`);
-    else rmSync(home, { recursive: true, force: true });
+    if (!options.keepHome) rmSync(home, { recursive: true, force: true });
+    if (finished) {
+      say('');
+      for (const line of nextLines({ home, kept: options.keepHome === true, taskId: taskId! })) say(line);
+    } else if (options.keepHome) say(`home kept: ${home}`);
   }
 }
 
-function describe(e: StoredEvent): string {
-  const f = e as unknown as Record<string, unknown>;
-  const bits = ['agent_id', 'caller_id', 'to', 'plan_task_id', 'qid', 'state', 'reason', 'status', 'decision']
-    .filter((k) => typeof f[k] === 'string')
-    .map((k) => `${k}=${String(f[k])}`);
-  return bits.length ? `  ${bits.join(' ')}` : '';
-}
-
-function summary(events: StoredEvent[], detail: any): void {
-  const counts = new Map<string, number>();
-  for (const e of events) counts.set(e.event, (counts.get(e.event) ?? 0) + 1);
-  console.log(`\nsummary of task ${detail.task.task_id}: ${detail.task.status} after ${events.length} events`);
-  for (const a of detail.agents) console.log(`  agent ${a.name.padEnd(18)} ${a.status.padEnd(11)} sent ${a.messages_sent}, received ${a.messages_delivered}`);
-  const pick = ['plan_declared', 'agent_spawned', 'agent_started', 'send_message', 'inbox.posted', 'agent_input', 'question_asked', 'question_answered', 'status', 'review.acknowledged', 'completion.approved', 'task_done', 'task_ready', 'completion.reported', 'terminate.consumed'];
-  console.log('  ' + pick.map((p) => `${p} ${counts.get(p) ?? 0}`).join(', '));
+/** The run was stopped before the task ended (Ctrl-C). */
+export class DemoStopped extends Error {
+  constructor() {
+    super('the demo was stopped before the task ended');
+  }
 }
 
 export interface DemoFlags {
@@ -121,6 +150,7 @@ export function parseDemoFlags(argv: readonly string[]): DemoFlags {
       flags.seed = seed;
     } else throw new Error(`unknown flag ${arg}; usage: npm run demo -- [--chaos] [--keep] [--slow] [--seed N]`);
   }
+  if (flags.seed !== undefined && !flags.chaos) throw new Error('--seed replays a chaos run: give --chaos too (the plain demo draws nothing at random)');
   return flags;
 }
 
@@ -142,9 +172,27 @@ if (import.meta.url === `file://${process.argv[1]}`) {
           if (r.error || r.stuck.length > 0 || r.leftovers.length > 0) process.exitCode = 1;
         }),
       )
-    : runDemo({ keepHome: flags.keep, stepDelayMs });
+    : runPlain(flags.keep, stepDelayMs);
   run.catch((err: unknown) => {
     console.error(err);
     process.exit(1);
   });
+}
+
+/** The plain demo; Ctrl-C (or SIGTERM) stops it cleanly: no spawner, agent or scratch home left behind. */
+async function runPlain(keepHome: boolean, stepDelayMs: number): Promise<void> {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await runDemo({ keepHome, stepDelayMs, signal: stop.signal });
+  } catch (err) {
+    if (!(err instanceof DemoStopped)) throw err;
+    console.log(`\nstopped: ${err.message}`);
+    process.exitCode = 130;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
 }

@@ -3,9 +3,11 @@ import type { EventName, StoredEvent } from './catalogue.js';
 
 /**
  * One readable sentence per event (`leader-1 → worker-2: message (84 chars) "…"`), for
- * people watching a task (`beidou tail`). Pure: the caller says how an id is shown (`name`),
- * usually the agent's display name. Every event of the catalogue has one (the mapped type
- * makes a new event without a sentence a compile error).
+ * people watching a task (`beidou tail`, the demo's story). Pure: the caller says how an id
+ * is shown (`name`): an agent by its display name; a question id as itself (`beidou tail`,
+ * where it is what `beidou answer` takes) or as a short label (`#1`, the demo). Every event
+ * of the catalogue has one (the mapped type makes a new event without a sentence a compile
+ * error).
  */
 export type Namer = (id: string | null) => string;
 
@@ -14,7 +16,32 @@ type Sentences = { [N in EventName]: (e: Of<N>, name: Namer) => string };
 
 const quoted = (text: string, max = 60) => `"${excerpt(text, max)}"`;
 const chars = (text: string) => plural([...text].length, 'char');
-const reasonOf = (text: string) => (text ? ` (${excerpt(text, 80)})` : '');
+const reasonOf = (text: string | null) => (text ? ` (${excerpt(text, 80)})` : '');
+
+/** `Formal or Casual`, `A, B or C`. */
+const oneOf = (labels: string[], word: string) => (labels.length < 2 ? labels.join('') : `${labels.slice(0, -1).join(', ')} ${word} ${labels.at(-1)}`);
+
+/** A question as asked: each sub-question's header, text and what the answer may be. */
+function askedOf(questions: Of<'question_asked'>['questions']): string {
+  return questions
+    .map((q) => {
+      const labels = q.options.map((o) => (o.requires_text ? `${o.label} with text` : o.label));
+      const choice = labels.length === 0 ? 'free text' : q.multiSelect ? `choose any of ${oneOf(labels, 'and')}` : `choose ${oneOf(labels, 'or')}`;
+      return `[${q.header}] ${quoted(q.question)} (${choice})`;
+    })
+    .join('; ');
+}
+
+/** Who answered: an agent holding the question (a leader), or the user, who answers at the gateway. */
+const answererOf = (by: string, n: Namer) => (by === 'user' ? 'user (at the gateway)' : n(by));
+
+/** What an agent's status change says: a hand-off for review, a request to stop, or the new state. */
+function statusOf(e: Of<'status'>, n: Namer): string {
+  const detail = e.detail ? ` ${quoted(e.detail, 80)}` : '';
+  if (e.state === 'review_pending') return `${n(e.agent_id)} hands its work in for review:${detail}`;
+  if (e.state === 'termination_requested') return `${n(e.agent_id)} asks to be terminated:${detail}`;
+  return `${n(e.agent_id)}: ${e.state.replace(/_/g, ' ')}${detail}`;
+}
 
 const SENTENCES: Sentences = {
   task_created: (e, n) => `user started the task with ${n(e.root_agent_id)} as its root (skill ${e.skill}): ${quoted(e.text)}`,
@@ -39,25 +66,25 @@ const SENTENCES: Sentences = {
   task_spawned: (e, n) => `plan task ${e.plan_task_id} went to ${n(e.agent_id)}`,
   task_done: (e) => `plan task ${e.plan_task_id} is done`,
   task_failed: (e) => `plan task ${e.plan_task_id} failed${reasonOf(e.reason)}`,
-  status: (e, n) => `${n(e.agent_id)}: ${e.state.replace(/_/g, ' ')}${e.detail ? ` ${quoted(e.detail)}` : ''}`,
+  status: statusOf,
   liveness_check: (e, n) => `${n(e.agent_id)}: liveness check${e.all_done === null ? '' : e.all_done ? ' (team all done)' : ' (team still working)'}`,
   'review.acknowledged': (e, n) => `${n(e.by)} answered ${n(e.agent_id)}'s hand-off with more work`,
   'completion.approved': (e, n) => `${n(e.leader_id)} approved ${n(e.agent_id)}'s hand-off`,
   'terminate.forced': (e, n) => `${n(e.caller_id)} → ${n(e.agent_id)}: forced terminate (${e.reason})`,
   'review_gate.denied': (e, n) => `${n(e.caller_id)}: ${e.tool_name} refused while ${e.pending_child_ids.map(n).join(', ')} wait${e.pending_child_ids.length === 1 ? 's' : ''} for review`,
   'completion.reping': (e, n) => `beidou → ${n(e.leader_id)}: reminder ${e.ping_count} of ${n(e.agent_id)}'s pending ${e.pending}`,
-  'review.escalated_to_user': (e, n) => `beidou → user: ${n(e.agent_id)}'s ${e.pending} escalated, ${n(e.leader_id)} did not answer${e.qid ? ` (${e.qid})` : ''}`,
+  'review.escalated_to_user': (e, n) => `beidou → user: ${n(e.agent_id)}'s ${e.pending} escalated, ${n(e.leader_id)} did not answer${e.qid ? ` (question ${n(e.qid)})` : ''}`,
   'liveness.nudge': (e, n) => `beidou → ${n(e.agent_id)}: nudge ${e.nudge_count} after ${Math.round(e.idle_s)} s idle`,
-  'liveness.escalated_to_user': (e, n) => `beidou → user: ${n(e.agent_id)} idle for ${Math.round(e.idle_s)} s${e.qid ? ` (${e.qid})` : ''}`,
+  'liveness.escalated_to_user': (e, n) => `beidou → user: ${n(e.agent_id)} idle for ${Math.round(e.idle_s)} s${e.qid ? ` (question ${n(e.qid)})` : ''}`,
   'watchdog.exception': (e) => `the watchdog's ${e.pass} pass failed: ${excerpt(e.message, 80)}`,
-  question_asked: (e, n) => `${n(e.asker)} → ${n(e.holder ?? 'user')}: question ${e.qid} ${quoted(e.prompt)}`,
-  question_escalated: (e, n) => `${n(e.by)} → ${n(e.new_holder ?? 'user')}: escalated question ${e.qid}${reasonOf(e.reason)}`,
-  question_answered: (e, n) => `${n(e.by)} → ${n(e.asker)}: answered ${e.qid} ${quoted(e.answer_text)}`,
-  question_declined: (e, n) => `user → ${n(e.asker)}: declined ${e.qid}${reasonOf(e.reason)}`,
+  question_asked: (e, n) => `${n(e.asker)} → ${n(e.holder ?? 'user')}: question ${n(e.qid)} ${askedOf(e.questions)}`,
+  question_escalated: (e, n) => `${n(e.by)} → ${n(e.new_holder ?? 'user')}: escalated question ${n(e.qid)}${reasonOf(e.reason)}`,
+  question_answered: (e, n) => `${answererOf(e.by, n)} → ${n(e.asker)}: answered question ${n(e.qid)} ${quoted(e.answer_text)}${reasonOf(e.reason)}`,
+  question_declined: (e, n) => `user (at the gateway) → ${n(e.asker)}: declined question ${n(e.qid)}${reasonOf(e.reason)}`,
   'completion.reported': (e, n) => `${n(e.agent_id)} → ${n(e.leader_id)}: hand-off reported (via ${e.via}${e.decision ? `, ${e.decision}` : ''})`,
   'completion.empty': (e, n) => `${n(e.agent_id)} → ${n(e.leader_id)}: an empty hand-off${reasonOf(e.reason)}`,
   'launch.assigned': (e, n) => `spawner ${e.spawner_id} took ${n(e.agent_id)}${e.resume ? ' (to resume it)' : ''}`,
-  'spawner.lost': (e, n) => `spawner ${e.spawner_id} was lost; ${e.agent_ids.length ? `${e.agent_ids.map(n).join(', ')} wait for another` : 'it ran no agent'}`,
+  'spawner.lost': (e, n) => `spawner ${e.spawner_id} was lost; ${e.agent_ids.length ? `${e.agent_ids.map(n).join(', ')} wait${e.agent_ids.length === 1 ? 's' : ''} for another` : 'it ran no agent'}`,
   'spawner.spooled': (e) => `spawner ${e.spawner_id} delivered spooled reports up to ${e.spool_seq}`,
   agent_started: (e, n) => `${n(e.agent_id)} ${e.resumed ? 'resumed' : 'started'} on spawner ${e.spawner_id}`,
   'turn.usage': (e, n) => `${n(e.caller_id)}: ${e.input_tokens} tokens in, ${e.output_tokens} out${e.model ? ` (${e.model})` : ''}`,
