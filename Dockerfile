@@ -2,7 +2,7 @@
 # Run:   docker run -p 7777:7777 -v beidou-data:/data beidou
 # The admin token is generated into the volume on first start: /data/admin.token.
 
-# ---- build: compile TypeScript and better-sqlite3's native module ----
+# ---- build: compile TypeScript, build the dashboard, and better-sqlite3's native module ----
 FROM node:20-slim AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
@@ -11,11 +11,13 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 # npm ci when the lockfile satisfies this npm; npm install (still guided by it) otherwise.
 RUN npm ci --no-audit --no-fund || npm install --no-audit --no-fund
-COPY tsconfig.json ./
+COPY tsconfig.json vite.config.ts ./
 COPY src ./src
-RUN npx tsc -b && npm prune --omit=dev --no-audit --no-fund
+COPY web ./web
+# The server (tsc) and the dashboard page (vite: web/ -> dist/web/), then drop the dev dependencies.
+RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
-# ---- runtime: production dependencies, the compiled code, skills, schemas, the dashboard ----
+# ---- runtime: production dependencies, the compiled code and the built dashboard (dist/), skills, schemas ----
 FROM node:20-slim
 ENV NODE_ENV=production \
     BEIDOU_HOST=0.0.0.0 \
@@ -26,7 +28,6 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY skills ./skills
 COPY schemas ./schemas
-COPY public ./public
 # The image's unprivileged "node" user owns the data volume.
 RUN mkdir -p /data && chown node:node /data
 USER node

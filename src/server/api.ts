@@ -1,19 +1,19 @@
 import { Router, type Request } from 'express';
-import { createSession } from 'better-sse';
 import { z } from 'zod';
 import { newTask, terminationDrafts } from '../domain/agents.js';
 import { DomainError } from '../domain/errors.js';
 import { postMessage } from '../domain/messages.js';
 import * as routing from '../domain/questions.js';
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
-import { pendingAtGateway } from '../registry/queries.js';
 import { USER } from '../registry/state.js';
 import type { Services } from '../runtime/services.js';
 import { VERSION } from '../util/version.js';
+import type { AdminStreams } from './admin-streams.js';
 import type { Authenticator } from './auth.js';
 import { thenBody } from './body.js';
 import { ApiError, parseOr400 } from './http-errors.js';
-import { agentView, quarantinedDetail, quarantinedSummary, questionView, taskDetail, taskSummary } from './views.js';
+import { tasksStream, type TasksFeed } from './tasks-stream.js';
+import { agentView, pendingQuestionsView, quarantinedDetail, taskDetail, taskListView } from './views.js';
 
 const createTaskBody = z.strictObject({
   task: z.string().trim().min(1, 'must describe the task'),
@@ -39,7 +39,7 @@ const eventsQuery = z.object({
 });
 
 /** The admin REST API (docs/api.md). Thin: parse, decide (domain/), commit, render a view. */
-export function adminApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
+export function adminApi(services: Services, auth: Authenticator, streams: AdminStreams, feed: TasksFeed): Router {
   const { registry, tokens, skills, ids, domain } = services;
   const api = Router();
 
@@ -65,12 +65,11 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     res.status(201).json({ task_id: taskId, root_agent_id: rootAgentId, token, mcp_url: mcpUrl(req) });
   });
 
+  // Before /tasks/:id, which would take "stream" for a task id.
+  api.get('/tasks/stream', admin, tasksStream(feed, streams));
+
   api.get('/tasks', admin, (_req, res) => {
-    const tasks = [
-      ...[...registry.state.tasks.values()].map((t) => taskSummary(registry.state, t)),
-      ...[...registry.quarantined.values()].map(quarantinedSummary),
-    ].sort((a, b) => (b.created_at ?? 0) - (a.created_at ?? 0));
-    res.json({ tasks });
+    res.json({ tasks: taskListView(registry.state, registry.quarantined.values()) });
   });
 
   // A quarantined task's log failed verification at start: shown, never written to.
@@ -123,11 +122,12 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     const task = taskOr404(param(req, 'id'));
     const { since } = parseOr400(eventsQuery, req.query);
     let cursor = resumeCursor(req.header('last-event-id'), since, registry.log.durableSeq(task.task_id));
-    const session = await createSession(req, res, { keepAlive: 15_000, trustClientEventId: false });
+    const stream = await streams.open(req, res);
+    if (!stream) return;
     const send = (e: StoredEvent) => {
       if (e.seq <= cursor) return;
       cursor = e.seq;
-      session.push(e, 'message', String(e.seq));
+      stream.push(e, 'message', String(e.seq));
     };
     // The backlog is read synchronously, then live batches follow: no gap, no duplicate.
     for (;;) {
@@ -135,13 +135,7 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
       if (batch.length === 0) break;
       batch.forEach(send);
     }
-    const unsubscribe = registry.log.subscribe(task.task_id, (events) => events.forEach(send));
-    const end = () => res.end();
-    stopping.addEventListener('abort', end, { once: true });
-    session.on('disconnected', () => {
-      unsubscribe();
-      stopping.removeEventListener('abort', end);
-    });
+    stream.onEnd(registry.log.subscribe(task.task_id, (events) => events.forEach(send)));
   });
 
   api.get('/agents/:id', admin, (req, res) => {
@@ -166,10 +160,7 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
   });
 
   api.get('/questions/pending', admin, (_req, res) => {
-    res.json(pendingAtGateway(registry.state).map((q) => {
-      const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } = questionView(q);
-      return { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at };
-    }));
+    res.json(pendingQuestionsView(registry.state));
   });
 
   /** A settled question is refused as `stale`; the REST contract calls it 409 `already_answered`. */
@@ -198,6 +189,10 @@ export function adminApi(services: Services, auth: Authenticator, stopping: Abor
     const qid = param(req, 'qid');
     await asUser(qid, () => routing.decline(domain, qid, reason, services.questions.has(qid)));
     res.json({ ok: true });
+  });
+
+  api.get('/skills', admin, (_req, res) => {
+    res.json({ skills: skills.loadAll().skills.map(({ name, description }) => ({ name, description })) });
   });
 
   api.get('/spawners', admin, (_req, res) => {

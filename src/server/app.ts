@@ -1,22 +1,23 @@
-import path from 'node:path';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Services } from '../runtime/services.js';
+import { AdminStreams } from './admin-streams.js';
 import { adminApi } from './api.js';
 import { closeIfBodyUnread } from './body.js';
+import { dashboard } from './dashboard.js';
 import { hookApi } from './hook-api.js';
 import { hostGuard } from './host-guard.js';
 import { spawnerApi } from './spawner-api.js';
 import type { Authenticator } from './auth.js';
 import { ApiError, sendError, toApiError } from './http-errors.js';
 import type { McpSessions } from './mcp.js';
-import { PACKAGE_ROOT } from '../util/version.js';
+import type { TasksFeed } from './tasks-stream.js';
 
 /**
  * The HTTP surface: OAuth discovery 404s, the MCP endpoint, the admin API. Thin by design.
  * No body parser here: each authenticated route parses its body after its token is checked
  * (`jsonBody` in body.ts), so a request without a valid token costs no body read.
  */
-export function buildApp(services: Services, auth: Authenticator, mcp: McpSessions, stopping: AbortSignal): express.Express {
+export function buildApp(services: Services, auth: Authenticator, mcp: McpSessions, feed: TasksFeed, stopping: AbortSignal, webRoot: string): express.Express {
   const { logger } = services;
   const app = express();
   app.disable('x-powered-by');
@@ -52,14 +53,13 @@ export function buildApp(services: Services, auth: Authenticator, mcp: McpSessio
     res.status(404).json({ error: 'not_found', message: 'this server does not use OAuth; send Authorization: Bearer <token>' });
   });
 
-  // The dashboard: one static page reading the admin API (it asks for the token itself).
-  const dashboard = path.join(PACKAGE_ROOT, 'public', 'index.html');
-  app.get(['/', '/dashboard'], (_req, res) => res.sendFile(dashboard));
+  // The dashboard: the page built from web/ (it asks for the token itself).
+  app.use(dashboard(webRoot));
 
   mcp.mount(app, auth);
   app.use('/api/spawner', spawnerApi(services, auth, stopping));
   app.use('/api/hook', hookApi(services, auth, mcp, stopping));
-  app.use('/api', adminApi(services, auth, stopping));
+  app.use('/api', adminApi(services, auth, new AdminStreams(services.config.maxAdminStreams, stopping), feed));
 
   app.use((req: Request, res: Response) => {
     closeIfBodyUnread(req, res);

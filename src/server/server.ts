@@ -26,6 +26,7 @@ import { buildApp } from './app.js';
 import { Authenticator } from './auth.js';
 import { createHttpServer } from './http-limits.js';
 import { McpSessions } from './mcp.js';
+import { TasksFeed } from './tasks-stream.js';
 
 export interface StartOptions {
   logger?: Logger;
@@ -33,6 +34,8 @@ export interface StartOptions {
   catalogue?: readonly AnyPrimitive[];
   clock?: Clock;
   ids?: IdSource;
+  /** Where the built dashboard is (`dist/web/` of the package); a test points it at an empty folder. */
+  webRoot?: string;
 }
 
 export interface BeidouServer {
@@ -130,6 +133,7 @@ async function run(
 
   const auth = new Authenticator(adminToken, services.tokens, registry);
   const mcp = new McpSessions(services, options.catalogue ?? PRIMITIVES);
+  const tasksFeed = new TasksFeed(registry);
 
   // Every observer of committed events, here and nowhere else. In-process observers see
   // events as they are applied; durable ones once they are on disk, because what they do
@@ -143,10 +147,11 @@ async function run(
     services.questions.onDurable(events);
     services.spawners.onDurable(events);
     mcp.onDurable(events);
+    tasksFeed.onDurable();
   });
   inboxes.onArrival((agentId, message) => mcp.notifyArrival(agentId, message));
 
-  const app = buildApp(services, auth, mcp, stopping.signal);
+  const app = buildApp(services, auth, mcp, tasksFeed, stopping.signal, options.webRoot ?? path.join(PACKAGE_ROOT, 'dist', 'web'));
   const httpServer = createHttpServer(app, config, logger, clock);
 
   try {
@@ -177,6 +182,7 @@ async function run(
       // flush the log and the rollups.
       const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
       watchdog.stop();
+      tasksFeed.stop();
       services.spawners.stop();
       stopping.abort();
       services.inboxes.wakeAll();

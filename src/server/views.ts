@@ -1,4 +1,4 @@
-import { agentStatus } from '../registry/queries.js';
+import { agentStatus, pendingAtGateway } from '../registry/queries.js';
 import type { QuarantinedTask } from '../registry/quarantine.js';
 import { USER, type AgentRecord, type PlanRecord, type QuestionRecord, type RegistryState, type TaskRecord, type TeamRecord } from '../registry/state.js';
 
@@ -74,11 +74,13 @@ export function taskView(t: TaskRecord) {
 
 export function taskSummary(state: RegistryState, t: TaskRecord) {
   let live = 0;
+  let cost = 0;
   for (const id of t.agent_ids) {
     const a = state.agents.get(id);
     if (a && !a.terminate_consumed) live++;
+    if (a) cost += a.stats.cost_usd;
   }
-  return { ...taskView(t), agents: { total: t.agent_ids.length, live } };
+  return { ...taskView(t), agents: { total: t.agent_ids.length, live }, cost_usd: cost };
 }
 
 export function taskDetail(state: RegistryState, t: TaskRecord) {
@@ -89,7 +91,9 @@ export function taskDetail(state: RegistryState, t: TaskRecord) {
     stats.input_tokens += a.stats.input_tokens;
     stats.output_tokens += a.stats.output_tokens;
     stats.cost_usd += a.stats.cost_usd;
-    stats.messages += a.sent_count;
+    // Every message that reached an inbox, whoever sent it: the user is no agent, so the
+    // agents' sent counts alone miss the user's messages.
+    stats.messages += a.delivered_count + a.inbox.size;
     stats.undelivered += a.inbox.size;
   }
   return {
@@ -134,6 +138,40 @@ export function questionView(q: QuestionRecord) {
   };
 }
 
+/** `GET /api/tasks` and the `tasks` event of `GET /api/tasks/stream`: every task, newest first, quarantined ones included. */
+export function taskListView(state: RegistryState, quarantined: Iterable<QuarantinedTask>) {
+  return [...[...state.tasks.values()].map((t) => taskSummary(state, t)), ...[...quarantined].map(quarantinedSummary)].sort(
+    (a, b) => (b.created_at ?? 0) - (a.created_at ?? 0),
+  );
+}
+
+/**
+ * `GET /api/questions/pending` and the `questions` event of `GET /api/tasks/stream`: the
+ * questions waiting at the user gateway, oldest first, with the names a person reads
+ * (`asker_name` is `beidou` for the server's own questions; `task_name` is null for a task
+ * started without a name).
+ */
+export function pendingQuestionsView(state: RegistryState) {
+  const nameOf = (id: string | null) => (id === null ? null : (state.agents.get(id)?.name ?? id));
+  return pendingAtGateway(state).map((q) => {
+    const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } = questionView(q);
+    return {
+      qid,
+      task_id,
+      task_name: state.tasks.get(task_id)?.name ?? null,
+      asker_agent_id,
+      asker_name: nameOf(asker_agent_id)!,
+      origin,
+      subject_agent_id,
+      subject_name: nameOf(subject_agent_id),
+      questions,
+      context,
+      chain,
+      created_at,
+    };
+  });
+}
+
 /**
  * A quarantined task: what its events before the fault made of it, with `status:
  * "quarantined"` and where its log fails. A file bad from its first line has no record yet.
@@ -148,8 +186,8 @@ function quarantinedTaskView(q: QuarantinedTask) {
 
 export function quarantinedSummary(q: QuarantinedTask) {
   const t = q.state.tasks.get(q.task_id);
-  const agents = t ? taskSummary(q.state, t).agents : { total: 0, live: 0 };
-  return { ...quarantinedTaskView(q), agents };
+  const { agents, cost_usd } = t ? taskSummary(q.state, t) : { agents: { total: 0, live: 0 }, cost_usd: 0 };
+  return { ...quarantinedTaskView(q), agents, cost_usd };
 }
 
 export function quarantinedDetail(q: QuarantinedTask) {

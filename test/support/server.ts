@@ -29,10 +29,15 @@ export interface TestServer {
 }
 
 /** `port`: a restart on the same home and port (0, the default: a free one). */
-export async function startTestServer(opts: { home?: string; port?: number; env?: Record<string, string>; clock?: Clock; logger?: Logger } = {}): Promise<TestServer> {
+/** `webRoot`: where the built dashboard is looked for (the package's dist/web/ by default). */
+export async function startTestServer(opts: { home?: string; port?: number; env?: Record<string, string>; clock?: Clock; logger?: Logger; webRoot?: string } = {}): Promise<TestServer> {
   const home = opts.home ?? tempHome();
   const config = loadConfig({ port: String(opts.port ?? 0), home }, { ...opts.env });
-  const server = await startServer(config, { logger: opts.logger ?? pino({ level: 'silent' }), ...(opts.clock ? { clock: opts.clock } : {}) });
+  const server = await startServer(config, {
+    logger: opts.logger ?? pino({ level: 'silent' }),
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    ...(opts.webRoot ? { webRoot: opts.webRoot } : {}),
+  });
   const api = async (method: string, route: string, body?: unknown, token = server.adminToken) => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
