@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
@@ -5,7 +6,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { launchChromium } from '../src/testkit/chromium.js';
 import { attributeIs, buildDashboard, byId, CJK, countIs, fitsWidth, lineAfter, lineSeqs, signedIn, stillFocused, storedToken, textChanges } from './support/dashboard-page.js';
 import { apiEvents, waitForEvent, type AnyEvent } from './support/events.js';
-import { spawnSpawner, type SpawnerProcess } from './support/process.js';
+import { CLI, spawnSpawner, type SpawnerProcess } from './support/process.js';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
 
 /**
@@ -204,7 +205,7 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const node = (id: string) => `[data-testid="plan-graph"] [data-testid="plan-node"][data-plan-task-id="${id}"]`;
     // The graph shows the plan's states as the API does: scout and helper spawned, writer waiting on both.
     for (const t of plan.tasks) await attributeIs(page, node(t.id), 'data-status', t.status);
-    expect(plan.tasks.map((t: { id: string; status: string }) => `${t.id}:${t.status}`)).toEqual(['scout:spawned', 'helper:spawned', 'writer:pending']);
+    expect(plan.tasks.map((t: { id: string; status: string }) => `${t.id}:${t.status}`)).toEqual(['scout:in_flight', 'helper:in_flight', 'writer:blocked']);
     expect(await page.locator('[data-testid="plan-graph"] [data-testid="plan-edge"]').count()).toBe(2);
 
     const helper = await agentByRole('helper');
@@ -213,7 +214,7 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const dialog = byId(page, 'confirm-dialog');
 
     // The button: cancelled first (nothing is sent), then confirmed.
-    await to.selectOption({ label: helper.name });
+    await to.selectOption(helper.agent_id);
     await text.fill('Please go ahead with the outline.');
     await byId(page, 'composer-send').click();
     await dialog.waitFor();
@@ -235,7 +236,7 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     let seq = Math.max(...(await lineSeqs(page)));
     while (released < TICKS) seq = await lineAfter(page, seq, releasePing());
     const scout = await agentByRole('scout');
-    await to.selectOption({ label: scout.name });
+    await to.selectOption(scout.agent_id);
     await text.fill('');
     await text.pressSequentially('Thanks for the notes.');
     await text.press('Shift+Enter');
@@ -319,8 +320,7 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     side = await createTask(ts, { task: 'a second task, started through the API', name: 'side task two' });
     await openTask(side.task_id);
     const row = page.locator(`[data-testid="task-row"][data-task-id="${side.task_id}"]`);
-    const agentsOf = async () => ({ row: (await byId(row, 'task-agents').textContent()) ?? '', page: (await byId(page, 'task-stats').textContent()) ?? '' });
-    expect((await agentsOf()).row).toContain('1/1 live');
+    await byId(row, 'task-agents').filter({ hasText: '1/1 live' }).waitFor();
 
     // Newest first: a task started now lands on top, while this one stays selected.
     const third = await createTask(ts, { task: 'a third task, started while the second is open', name: 'side task three' });
@@ -340,9 +340,9 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     expect(body.stats).toMatchObject({ agents: 3, live_agents: 3 });
     await byId(page, 'team-tree').locator('[data-testid="agent-node"]').nth(2).waitFor();
     expect(await byId(page, 'team-tree').locator('[data-testid="agent-node"]').count()).toBe(3);
-    const stats = (await agentsOf()).page;
-    expect(stats).toMatch(/\b3 agents\b/);
-    expect(stats).toMatch(/\b3 live\b/);
+    const stat = (name: string) => byId(page, 'task-stats').locator(`[data-stat="${name}"]`);
+    await stat('live_agents').filter({ hasText: '3 live' }).waitFor();
+    expect(((await stat('agents').textContent()) ?? '').trim()).toMatch(/^3\b/);
     // Nesting follows leaders: the workers are inside the root's node.
     expect(await page.locator(`[data-testid="agent-node"][data-agent-id="${side.root_agent_id}"] [data-testid="agent-node"]`).count()).toBe(2);
   });
@@ -454,14 +454,18 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
     let ts = await startTestServer({ home, env: { BEIDOU_SPAWNER_HEARTBEAT_S: '1' } });
     servers.push(ts);
     // A spawner whose agent command fails at once: its three strikes end in status error.
-    const failing = path.join(home, 'failing.json');
-    writeFileSync(failing, JSON.stringify({ root: [{ crash: 'no such model: claude-imaginary' }] }));
     const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
-    spawners.push(spawnSpawner(ts.url, token, failing, ['--workdir', path.join(home, 'agents')]));
+    const failing = `echo "loading config" >&2; echo "no such model: claude-imaginary" >&2; exit 3`;
+    const child = spawn(
+      process.execPath,
+      [CLI, 'spawner', '--server', ts.url, '--token', token, '--adapter', 'command', '--command', failing, '--workdir', path.join(home, 'agents'), '--spool-dir', path.join(home, 'spool'), '--restart-backoff', '0.1,0.1,0.1'],
+      { env: { ...process.env, BEIDOU_LOG_LEVEL: 'silent' }, stdio: 'ignore' },
+    );
+    spawners.push({ child, exited: new Promise((resolve) => child.once('exit', resolve)), stderr: () => '' });
     const broken = await createTask(ts, { task: 'a root that cannot run', name: 'broken root', spawn: true });
     await waitForEvent(ts, broken.task_id, (e) => e.event === 'agent_completed' && e.stop_reason === 'crash_escalated', { timeoutMs: 20_000, what: 'the crash escalation' });
     const { body: agent } = await ts.api('GET', `/agents/${broken.root_agent_id}`);
-    expect(agent).toMatchObject({ status: 'error', error: { reason: 'exit_nonzero' } });
+    expect(agent).toMatchObject({ status: 'error', error: { reason: 'exit_nonzero', msg: 'exited with code 3: no such model: claude-imaginary' } });
 
     // A task whose file will be damaged while the server is stopped.
     const damaged = await createTask(ts, { task: 'a task two writers wrote', name: 'damaged log' });
@@ -493,7 +497,8 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
       const file = path.join(home, 'events', `${damaged.task_id}.jsonl`);
       const lines = readFileSync(file, 'utf8').split('\n').filter((l) => l.length > 0);
       writeFileSync(file, [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n');
-      ts = await startTestServer({ home, port: Number(new URL(ts.url).port) });
+      // On a new port: a keep-alive socket to the old server must not carry the first request.
+      ts = await startTestServer({ home });
       servers.push(ts);
       const { body: listed } = await ts.api('GET', `/tasks/${damaged.task_id}`);
       expect(listed.quarantine).toMatchObject({ file, line: lines.length + 1 });
