@@ -23,8 +23,17 @@ const TICKS = 8;
 const FORMAT_TEXT = 'two pages, with a table of distances';
 const LINE = '[data-testid="event-line"]';
 
+// One browser for the file; each test opens a fresh context.
+let browser: Browser;
+beforeAll(async () => {
+  buildDashboard();
+  browser = await launchChromium();
+}, 60_000);
+afterAll(async () => {
+  await browser?.close();
+});
+
 describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
-  let browser: Browser;
   let ts: TestServer;
   let spawner: SpawnerProcess;
   let workdir: string;
@@ -39,8 +48,6 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
   let sideRoot: TestAgent;
 
   beforeAll(async () => {
-    buildDashboard();
-    browser = await launchChromium();
     ts = await startTestServer({ env: { BEIDOU_SPAWNER_HEARTBEAT_S: '1' } });
     workdir = path.join(ts.home, 'agents');
     mkdirSync(path.join(workdir, 'ticks'), { recursive: true });
@@ -51,7 +58,6 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
 
   afterAll(async () => {
     for (const a of agents.splice(0)) await a.close().catch(() => undefined);
-    await browser?.close();
     if (spawner) {
       spawner.child.kill('SIGTERM');
       await spawner.exited;
@@ -351,7 +357,9 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await page.setViewportSize({ width: 420, height: 900 });
     await openTask(side.task_id);
     const asking = sideRoot.call('ask_user', { questions: [{ question: 'What should the workers do next?', header: 'Next', multiSelect: false, options: [] }] });
-    const card = page.locator(`[data-testid="question-card"][data-task-id="${side.task_id}"]`);
+    asking.catch(() => undefined); // awaited below; a failure before that must not be an unhandled rejection
+    const asked = await waitForEvent(ts, side.task_id, (e) => e.event === 'question_asked' && e.questions[0]?.header === 'Next', { what: 'the Next question' });
+    const card = page.locator(`[data-testid="question-card"][data-qid="${asked.qid}"]`);
     await card.waitFor();
     const fits = () => fitsWidth(page);
     expect(await fits()).toBe(true);
@@ -387,7 +395,9 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
   it('declines a question and terminates a task, each after a confirmation', async () => {
     await openTask(side.task_id);
     const asking = sideRoot.call('ask_user', { questions: [{ question: 'Should the workers stop?', header: 'Stop', multiSelect: false, options: [{ label: 'Yes', description: 'stop now' }, { label: 'No', description: 'carry on' }] }] });
-    const card = page.locator(`[data-testid="question-card"][data-task-id="${side.task_id}"]`);
+    asking.catch(() => undefined); // awaited below; a failure before that must not be an unhandled rejection
+    const asked = await waitForEvent(ts, side.task_id, (e) => e.event === 'question_asked' && e.questions[0]?.header === 'Stop', { what: 'the Stop question' });
+    const card = page.locator(`[data-testid="question-card"][data-qid="${asked.qid}"]`);
     await card.waitFor();
     await byId(card, 'question-decline').click();
     await byId(card, 'question-decline-reason').fill('decide for yourself');
@@ -431,16 +441,10 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
 
 /** A server of its own: states of an agent and a task that the team above never reaches. */
 describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
-  let browser: Browser;
   let home = '';
   const servers: TestServer[] = [];
   const spawners: SpawnerProcess[] = [];
-  beforeAll(async () => {
-    buildDashboard();
-    browser = await launchChromium();
-  }, 60_000);
   afterAll(async () => {
-    await browser?.close();
     for (const s of spawners.splice(0)) {
       if (s.child.exitCode === null) s.child.kill('SIGTERM');
       await s.exited;

@@ -20,7 +20,7 @@ function newestMtime(p: string): number {
   return Math.max(0, ...readdirSync(p).map((e) => newestMtime(path.join(p, e))));
 }
 
-/** Builds the server and the page when the built page is missing or older than its sources (a bare `vitest run`). */
+/** Builds the server, and the page when the built page is missing or older than its sources (a bare `vitest run`). */
 export function buildDashboard(): void {
   execFileSync('npx', ['tsc', '-b'], { cwd: ROOT, stdio: 'inherit' });
   const built = path.join(WEB_DIST, 'index.html');
@@ -62,7 +62,7 @@ export function lineSeqs(page: Page): Promise<number[]> {
 
 /** Waits for an event line after `seq` (whose text holds `text`, when given); returns its seq. */
 export async function lineAfter(page: Page, seq: number, text?: string): Promise<number> {
-  const handle = await page.waitForFunction(
+  const handle = await waiting(`an event line after seq ${seq}${text ? ` holding "${text}"` : ''}`, page.waitForFunction(
     ([after, want]) => {
       const hit = Array.from(document.querySelectorAll('[data-testid="event-line"]')).find(
         (el) => Number(el.getAttribute('data-seq')) > after && (want === null || (el.textContent ?? '').includes(want)),
@@ -70,29 +70,40 @@ export async function lineAfter(page: Page, seq: number, text?: string): Promise
       return hit ? Number(hit.getAttribute('data-seq')) : false;
     },
     [seq, text ?? null] as const,
-  );
+  ));
   return (await handle.jsonValue()) as number;
 }
 
 /** Waits until `count(n)` holds for the number of elements matching `selector`. */
 export async function countIs(page: Page, selector: string, how: 'eq' | 'lt' | 'gt', n: number): Promise<void> {
-  await page.waitForFunction(
+  await waiting(`${how} ${n} of ${selector} (now ${await page.locator(selector).count()})`, page.waitForFunction(
     ([sel, op, want]) => {
       const c = document.querySelectorAll(sel).length;
       return op === 'eq' ? c === want : op === 'lt' ? c < want : c > want;
     },
     [selector, how, n] as const,
-  );
+  ));
 }
 
 /** Waits until the page's element for `selector` has `attribute` = `value`. */
 export async function attributeIs(page: Page, selector: string, attribute: string, value: string): Promise<void> {
-  await page.waitForFunction(([sel, attr, want]) => document.querySelector(sel)?.getAttribute(attr) === want, [selector, attribute, value] as const);
+  const now = () => page.locator(selector).first().getAttribute(attribute, { timeout: 1_000 }).catch(() => 'nothing');
+  await waiting(`${selector} with ${attribute}="${value}"`, page.waitForFunction(([sel, attr, want]) => document.querySelector(sel)?.getAttribute(attr) === want, [selector, attribute, value] as const), now);
 }
 
 /** Waits until the text of the element for `selector` is no longer `old`. */
 export async function textChanges(page: Page, selector: string, old: string | null): Promise<void> {
-  await page.waitForFunction(([sel, was]) => document.querySelector(sel)?.textContent !== was, [selector, old] as const);
+  await waiting(`a change of ${selector}'s text from "${old}"`, page.waitForFunction(([sel, was]) => document.querySelector(sel)?.textContent !== was, [selector, old] as const));
+}
+
+/** A wait that times out says what it waited for (and, with `now`, what there was instead). */
+async function waiting<T>(what: string, wait: Promise<T>, now?: () => Promise<string | null>): Promise<T> {
+  try {
+    return await wait;
+  } catch (err) {
+    const seen = now ? `; it is ${await now()}` : '';
+    throw new Error(`${(err as Error).message.split('\n')[0]}: waiting for ${what}${seen}`);
+  }
 }
 
 /** No sideways scrolling: the page is no wider than the window. */
