@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
@@ -13,17 +13,19 @@ import { PACKAGE_ROOT } from '../util/version.js';
 /**
  * `npm run screenshots`: the demo's team (examples/demo-script.json, paced as `npm run demo
  * -- --slow` paces it, only faster) on a server of its own, and the dashboard's task page
- * photographed in headless Chromium when the root hands its work to the user: the team
- * tree, the plan graph, the events and the root's review question are all on the page.
- * Writes docs/images/dashboard-task.png (1280 wide) and docs/images/dashboard-narrow.png
- * (420 wide), then approves the review so the run ends as the demo does.
+ * photographed in headless Chromium when the root hands its work to the user (the demo's
+ * one question that reaches the user): the team tree, the plan graph, the events and the
+ * root's review question are all on the page. Writes the whole page as
+ * docs/images/dashboard-task.png (1280 wide) and docs/images/dashboard-narrow.png (420
+ * wide), then approves the review so the run ends as the demo does.
  */
 
 const STEP_DELAY_MS = 300;
 const OUT = path.join(PACKAGE_ROOT, 'docs', 'images');
+/** The window each is taken in; the picture is the whole page, as tall as it lays out. */
 const SHOTS = [
-  { file: 'dashboard-task.png', width: 1280, height: 1000 },
-  { file: 'dashboard-narrow.png', width: 420, height: 1500 },
+  { file: 'dashboard-task.png', width: 1280, height: 900 },
+  { file: 'dashboard-narrow.png', width: 420, height: 900 },
 ] as const;
 
 async function main(): Promise<void> {
@@ -71,14 +73,21 @@ async function main(): Promise<void> {
       await page.goto(`${server.url}/#/tasks/${task.task_id}`);
       await settled(page, task.task_id, review.qid, detail);
       const file = path.join(OUT, shot.file);
-      await page.screenshot({ path: file, fullPage: false });
-      console.log(`${path.relative(PACKAGE_ROOT, file)}  ${shot.width}x${shot.height}  ${Math.round(statSync(file).size / 1024)} KB`);
+      await page.screenshot({ path: file, fullPage: true });
+      // A PNG's width and height are the first two fields of its IHDR chunk.
+      const png = readFileSync(file);
+      console.log(`${path.relative(PACKAGE_ROOT, file)}  ${png.readUInt32BE(16)}x${png.readUInt32BE(20)}  ${Math.round(statSync(file).size / 1024)} KB`);
       await context.close();
     }
     await api('POST', `/questions/${review.qid}/answer`, { answers: [{ selected_labels: ['Approve'], text: null }] });
   } finally {
     await browser.close();
-    spawner.kill('SIGTERM');
+    // The spawner first, so it does not report the server gone.
+    if (spawner.exitCode === null && spawner.signalCode === null) {
+      const exited = new Promise((resolve) => spawner.once('exit', resolve));
+      spawner.kill('SIGTERM');
+      await exited;
+    }
     await server.close();
     rmSync(home, { recursive: true, force: true });
   }
