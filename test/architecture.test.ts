@@ -31,6 +31,13 @@ const IO_MODULES = ['node:fs', 'node:child_process', 'node:net', 'node:http', 'b
 type Graph = Map<string, { local: string[]; packages: string[] }>;
 
 const SRC = path.join(PACKAGE_ROOT, 'src');
+const WEB = path.join(PACKAGE_ROOT, 'web');
+/**
+ * The dashboard (web/, bundled by Vite) is an entry point of its own that runs in a browser:
+ * from src/ it may take only these pure modules (so `beidou tail` and the page say the same
+ * sentence), and types of anything (erased from the bundle).
+ */
+const WEB_MAY_IMPORT = new Set(['src/events/describe.ts', 'src/util/text.ts']);
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -107,6 +114,60 @@ export function violations(graph: Graph): string[] {
     }
     if (layer === 'domain') {
       for (const p of packages) if (IO_MODULES.includes(p)) out.push(`${from} imports ${p}: decisions do no I/O (the caller writes files, commits, waits)`);
+    }
+  }
+  return out;
+}
+
+/** Every import of a file with whether it is type-only (`import type`, `export type`): erased when bundled. */
+export function typedImports(text: string): Array<{ spec: string; typeOnly: boolean }> {
+  const out: Array<{ spec: string; typeOnly: boolean }> = [];
+  for (const m of text.matchAll(/\b(?:import|export)\s+(type\s+)?[^;'"]*?\sfrom\s*['"]([^'"]+)['"]/g)) out.push({ spec: m[2]!, typeOnly: m[1] !== undefined });
+  for (const m of text.matchAll(/\bimport\s*['"]([^'"]+)['"]/g)) out.push({ spec: m[1]!, typeOnly: false });
+  for (const m of text.matchAll(/\bimport\(\s*['"]([^'"]+)['"]\s*\)/g)) out.push({ spec: m[1]!, typeOnly: false });
+  return out;
+}
+
+/** web/ and what it reaches in src/, by path from the package root: each file's imports, type-only ones marked. */
+type WebGraph = Map<string, Array<{ target: string; typeOnly: boolean; local: boolean }>>;
+
+function buildWebGraph(): WebGraph {
+  const graph: WebGraph = new Map();
+  const read = (rel: string) => {
+    if (graph.has(rel)) return;
+    const imports = typedImports(readFileSync(path.join(PACKAGE_ROOT, rel), 'utf8')).map(({ spec, typeOnly }) => {
+      if (!spec.startsWith('.')) return { target: spec, typeOnly, local: false };
+      return { target: path.posix.normalize(path.posix.join(path.posix.dirname(rel), spec)).replace(/\.js$/, '.ts'), typeOnly, local: true };
+    });
+    graph.set(rel, imports);
+    // Follow what the bundle takes from src/ (value imports), to check it stays pure.
+    for (const i of imports) if (i.local && !i.typeOnly && i.target.startsWith('src/')) read(i.target);
+  };
+  const walk = (dir: string): string[] =>
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+      const full = path.join(dir, e.name);
+      if (e.isDirectory()) return walk(full);
+      return /\.(ts|tsx)$/.test(e.name) ? [path.relative(PACKAGE_ROOT, full).split(path.sep).join('/')] : [];
+    });
+  for (const file of walk(path.join(WEB, 'src'))) read(file);
+  return graph;
+}
+
+/** What breaks the page's rule: a value import of src/ beyond WEB_MAY_IMPORT, or a Node or server package in the bundle. */
+export function webViolations(graph: WebGraph): string[] {
+  const out: string[] = [];
+  for (const [from, imports] of graph) {
+    for (const { target, typeOnly, local } of imports) {
+      if (typeOnly) continue;
+      if (!local) {
+        if (target.startsWith('node:') || EDGE_PACKAGES.some((e) => target === e || target.startsWith(`${e}/`)) || IO_MODULES.includes(target)) {
+          out.push(`${from} imports ${target}: the page runs in a browser (no Node, server or I/O packages)`);
+        }
+        continue;
+      }
+      if (target.startsWith('src/') && !WEB_MAY_IMPORT.has(target)) {
+        out.push(`${from} imports ${target}: the page may take from src/ only ${[...WEB_MAY_IMPORT].join(', ')} (and types, with import type)`);
+      }
     }
   }
   return out;
@@ -198,6 +259,41 @@ describe('the import rule (docs/architecture.md)', () => {
     expect(cycles(planted)).toEqual([
       ['cli/main.ts', 'server/server.ts', 'spawner/spawner.ts'],
       ['domain/agents.ts', 'registry/state.ts'],
+    ]);
+  });
+
+  it('the dashboard (web/) takes from src/ only describe.ts and text.ts, and types; what it takes stays pure', () => {
+    const web = buildWebGraph();
+    const files = [...web.keys()];
+    expect(files.filter((f) => f.startsWith('web/src/')).length, 'web/src files found').toBeGreaterThan(10);
+    // It does use both, and types from the server's views: the rule is exercised, not vacuous.
+    const edges = [...web.values()].flat();
+    expect(edges.some((e) => e.target === 'src/events/describe.ts' && !e.typeOnly)).toBe(true);
+    expect(edges.some((e) => e.target === 'src/server/views.ts' && e.typeOnly)).toBe(true);
+    expect(webViolations(web)).toEqual([]);
+  });
+
+  it('the web check catches a value import of the server, and a Node module in the bundle', () => {
+    const planted: WebGraph = new Map([
+      ['web/src/app.tsx', [
+        { target: 'src/server/views.ts', typeOnly: false, local: true },
+        { target: 'src/server/api.ts', typeOnly: true, local: true },
+        { target: 'src/events/describe.ts', typeOnly: false, local: true },
+        { target: 'web/src/api.ts', typeOnly: false, local: true },
+        { target: 'preact', typeOnly: false, local: false },
+        { target: 'node:fs', typeOnly: false, local: false },
+      ]],
+      ['src/events/describe.ts', [{ target: 'src/registry/state.ts', typeOnly: false, local: true }]],
+    ]);
+    const found = webViolations(planted);
+    expect(found.some((v) => v.startsWith('web/src/app.tsx imports src/server/views.ts'))).toBe(true);
+    expect(found.some((v) => v.startsWith('web/src/app.tsx imports node:fs'))).toBe(true);
+    expect(found.some((v) => v.startsWith('src/events/describe.ts imports src/registry/state.ts'))).toBe(true);
+    expect(found).toHaveLength(3);
+    expect(typedImports("import type { A } from '../../src/a.js';\nimport { b, type C } from './b.js';\nimport './s.css';").map((i) => [i.spec, i.typeOnly])).toEqual([
+      ['../../src/a.js', true],
+      ['./b.js', false],
+      ['./s.css', false],
     ]);
   });
 

@@ -1,6 +1,6 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Services } from '../runtime/services.js';
-import { AdminStreams } from './admin-streams.js';
+import type { AdminStreams } from './admin-streams.js';
 import { adminApi } from './api.js';
 import { closeIfBodyUnread } from './body.js';
 import { dashboard } from './dashboard.js';
@@ -17,7 +17,18 @@ import type { TasksFeed } from './tasks-stream.js';
  * No body parser here: each authenticated route parses its body after its token is checked
  * (`jsonBody` in body.ts), so a request without a valid token costs no body read.
  */
-export function buildApp(services: Services, auth: Authenticator, mcp: McpSessions, feed: TasksFeed, stopping: AbortSignal, webRoot: string): express.Express {
+export interface AppParts {
+  auth: Authenticator;
+  mcp: McpSessions;
+  /** The admin token's SSE streams and their cap. */
+  adminStreams: AdminStreams;
+  /** What the task-list streams follow. */
+  tasksFeed: TasksFeed;
+  /** The built dashboard (dist/web/). */
+  webRoot: string;
+}
+
+export function buildApp(services: Services, { auth, mcp, adminStreams, tasksFeed, webRoot }: AppParts, stopping: AbortSignal): express.Express {
   const { logger } = services;
   const app = express();
   app.disable('x-powered-by');
@@ -59,7 +70,7 @@ export function buildApp(services: Services, auth: Authenticator, mcp: McpSessio
   mcp.mount(app, auth);
   app.use('/api/spawner', spawnerApi(services, auth, stopping));
   app.use('/api/hook', hookApi(services, auth, mcp, stopping));
-  app.use('/api', adminApi(services, auth, new AdminStreams(services.config.maxAdminStreams, stopping), feed));
+  app.use('/api', adminApi(services, auth, adminStreams, tasksFeed));
 
   app.use((req: Request, res: Response) => {
     closeIfBodyUnread(req, res);

@@ -22,6 +22,7 @@ import { systemClock, type Clock } from '../util/clock.js';
 import { randomIds, type IdSource } from '../util/ids.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { PACKAGE_ROOT } from '../util/version.js';
+import { AdminStreams } from './admin-streams.js';
 import { buildApp } from './app.js';
 import { Authenticator } from './auth.js';
 import { createHttpServer } from './http-limits.js';
@@ -51,6 +52,8 @@ export interface BeidouServer {
   watchdog: Watchdog;
   /** Open MCP sessions (Streamable HTTP and SSE), for observability and tests. */
   mcpSessions(): number;
+  /** Open admin SSE streams (task events, task list), likewise. */
+  adminStreams(): number;
   close(): Promise<void>;
 }
 
@@ -151,7 +154,9 @@ async function run(
   });
   inboxes.onArrival((agentId, message) => mcp.notifyArrival(agentId, message));
 
-  const app = buildApp(services, auth, mcp, tasksFeed, stopping.signal, options.webRoot ?? path.join(PACKAGE_ROOT, 'dist', 'web'));
+  const adminStreams = new AdminStreams(config.maxAdminStreams, stopping.signal);
+  const webRoot = options.webRoot ?? path.join(PACKAGE_ROOT, 'dist', 'web');
+  const app = buildApp(services, { auth, mcp, adminStreams, tasksFeed, webRoot }, stopping.signal);
   const httpServer = createHttpServer(app, config, logger, clock);
 
   try {
@@ -209,6 +214,7 @@ async function run(
     rollups,
     watchdog,
     mcpSessions: () => mcp.size,
+    adminStreams: () => adminStreams.size,
     close,
   };
 }

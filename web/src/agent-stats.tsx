@@ -26,10 +26,10 @@ export function AgentStats({ agents }: { agents: Agent[] }) {
             <th class="num">Tokens in</th>
             <th class="num">Tokens out</th>
             <th class="num">Cost</th>
-            <th class="num">Tool calls</th>
-            <th class="num">LLM calls</th>
+            <th class="num" title="tool calls">Tools</th>
+            <th class="num" title="model calls">LLM</th>
             <th class="num" title="messages this agent sent">Sent</th>
-            <th class="num" title="messages delivered to this agent">Delivered</th>
+            <th class="num" title="messages delivered to this agent">Received</th>
             <th class="num" title="messages waiting in its inbox">Inbox</th>
           </tr>
         </thead>

@@ -11,13 +11,13 @@ export function when(ts: number | null): string {
   if (ts === null) return '-';
   const d = new Date(ts * 1000);
   const today = new Date();
-  const time = d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  const time = clock(ts);
   if (d.toDateString() === today.toDateString()) return time;
   return `${d.toLocaleDateString(undefined, { month: 'short', day: 'numeric' })} ${time}`;
 }
 
 export function clock(ts: number): string {
-  return new Date(ts * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
+  return new Date(ts * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' });
 }
 
 /** Agents by their names; `user` and `beidou` (and an id not known yet) as they are. */

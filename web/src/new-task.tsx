@@ -78,7 +78,10 @@ export function NewTask() {
         </div>
         <label class="check">
           <input type="checkbox" data-testid="new-task-spawn" checked={spawn} onChange={(e) => setSpawn(e.currentTarget.checked)} />
-          Run the root on a spawner (unticked: you connect it yourself, e.g. with <code>beidou attach</code>)
+          <span>
+            Run the root on a spawner
+            <small class="muted block">Untick it to connect the root yourself, with beidou attach.</small>
+          </span>
         </label>
         {error && (
           <p class="error" role="alert" data-testid="new-task-error">

@@ -5,11 +5,11 @@ import { human, when } from './format.js';
 import type { Plan, PlanTask } from './types.js';
 
 /**
- * A plan as a graph: its tasks laid out by dagre (dependencies left to right), each node
+ * A plan as a graph: its tasks laid out by dagre (dependencies above what waits on them), each node
  * coloured by its state, each edge from a dependency to the task that waits for it.
  */
 
-const NODE_W = 184;
+const NODE_W = 176;
 const NODE_H = 52;
 
 interface Placed {
@@ -27,7 +27,7 @@ interface Laid {
 
 function lay(plan: Plan): Laid {
   const g = new Graph();
-  g.setGraph({ rankdir: 'LR', nodesep: 18, ranksep: 46, marginx: 8, marginy: 8 });
+  g.setGraph({ rankdir: 'TB', nodesep: 16, ranksep: 34, marginx: 8, marginy: 8 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const t of plan.tasks) g.setNode(t.id, { width: NODE_W, height: NODE_H });
   const known = new Set(plan.tasks.map((t) => t.id));
@@ -65,7 +65,11 @@ export function PlanGraph({ plan, name }: { plan: Plan; name: Namer }) {
         </span>
       </figcaption>
       <div class="plan-scroll">
-        <svg viewBox={`0 0 ${laid.width} ${laid.height}`} width={laid.width} height={laid.height} role="img" aria-label={`plan ${plan.plan_id}: ${plan.tasks.length} tasks`}>
+        <svg
+          viewBox={`0 0 ${laid.width} ${laid.height}`}
+          // As wide as the panel, never wider than drawn, never shrunk below 70% (it scrolls instead).
+          style={{ width: '100%', maxWidth: `${laid.width}px`, minWidth: `${Math.round(laid.width * 0.7)}px` }}
+          role="img" aria-label={`plan ${plan.plan_id}: ${plan.tasks.length} tasks`}>
           <defs>
             <marker id={marker} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
               <path d="M0 0 L10 5 L0 10 z" class="arrow" />

@@ -74,6 +74,9 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
       }),
     );
 
+  // How a toast names the question: the server's own ones by what they are about.
+  const named = question.asker_name === 'beidou' && question.subject_name ? `the question about ${question.subject_name}` : `${question.asker_name}'s question`;
+
   const answer = async (e: Event) => {
     e.preventDefault();
     const wrong = problem(questions, states);
@@ -83,7 +86,7 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
     try {
       const answers = states.map((s) => ({ selected_labels: s.chosen, text: s.text.trim() ? s.text : null }));
       await request('POST', `/questions/${encodeURIComponent(qid)}/answer`, { answers });
-      toast(`Answered ${question.asker_name}'s question`);
+      toast(`Answered ${named}`);
     } catch (err) {
       setError((err as Error).message);
       setBusy(false);
@@ -93,11 +96,11 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
   const decline = async () => {
     if (!reason.trim()) return setError('Say why you decline: the asker is told.');
     setError(null);
-    if (!(await confirmAction(`Decline ${question.asker_name}'s question? They are told: "${reason.trim()}"`, 'Decline'))) return;
+    if (!(await confirmAction(`Decline ${named}? The asker is told: "${reason.trim()}"`, 'Decline'))) return;
     setBusy(true);
     try {
       await request('POST', `/questions/${encodeURIComponent(qid)}/decline`, { reason: reason.trim() });
-      toast(`Declined ${question.asker_name}'s question`);
+      toast(`Declined ${named}`);
     } catch (err) {
       setError((err as Error).message);
       setBusy(false);
@@ -134,8 +137,8 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
         return (
           <fieldset key={i} class="question-item" data-testid="question-item" data-index={i}>
             <legend>
-              {item.header && <span class="chip soft">{item.header}</span>}
-              <span class="question-text-label">{item.question}</span>
+              {item.header && item.header !== ORIGINS[question.origin] && <span class="chip soft">{item.header}</span>}
+              <span class={`question-text-label${item.question.length > 140 ? ' long' : ''}`}>{item.question}</span>
             </legend>
             {choices(item).map((o) => (
               <div key={o.label} class="option">

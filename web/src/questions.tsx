@@ -1,3 +1,4 @@
+import { useState } from 'preact/hooks';
 import { QuestionCard } from './question-card.js';
 import type { PendingQuestion, TaskItem } from './types.js';
 
@@ -8,6 +9,8 @@ import type { PendingQuestion, TaskItem } from './types.js';
  */
 export function Questions({ questions, tasks }: { questions: PendingQuestion[] | null; tasks: TaskItem[] | null }) {
   const list = questions ?? [];
+  // Hidden, not unmounted: a folded card keeps what was typed in it.
+  const [folded, setFolded] = useState(false);
   const byId = new Map((tasks ?? []).map((t) => [t.task_id, t]));
   return (
     <section class={`panel questions${list.length ? ' has-questions' : ''}`} data-testid="questions-panel" aria-labelledby="questions-title">
@@ -16,11 +19,16 @@ export function Questions({ questions, tasks }: { questions: PendingQuestion[] |
         <span class={`count${list.length ? ' attention' : ''}`} data-testid="questions-count">
           {list.length}
         </span>
+        {list.length > 0 && (
+          <button type="button" class="small push-right" aria-expanded={!folded} onClick={() => setFolded(!folded)}>
+            {folded ? 'Show' : 'Hide'}
+          </button>
+        )}
       </div>
       {list.length === 0 ? (
         <p class="muted empty">{questions === null ? 'Loading…' : 'No question is waiting for you.'}</p>
       ) : (
-        <div class="question-list">
+        <div class="question-list" hidden={folded}>
           {list.map((q) => (
             <QuestionCard key={q.qid} question={q} task={byId.get(q.task_id)} />
           ))}

@@ -55,7 +55,11 @@ export function TaskPage({ taskId, summary }: { taskId: string; summary: TaskIte
         setStream('events', connected);
         setStreamNote(connected ? null : 'reconnecting…');
       },
-      onFatal: (err) => setStreamNote(err.code === 'task_quarantined' ? 'the events of a quarantined task are not served' : err.message),
+      onFatal: (err) => {
+        // Not a connection that may come back: it no longer counts for the live indicator.
+        setStream('events', null);
+        setStreamNote(err.code === 'task_quarantined' ? 'the events of a quarantined task are not served' : err.message);
+      },
     });
     return () => {
       close();

@@ -1,4 +1,4 @@
-import { human } from './format.js';
+import { clock, human } from './format.js';
 import type { Agent, Team } from './types.js';
 
 /**
@@ -30,7 +30,7 @@ function AgentNode({ agent: a, kidsOf, teamNames }: { agent: Agent; kidsOf: Map<
   const process = a.running ? 'running' : a.status === 'terminated' ? 'ended' : !a.launch ? 'connects itself' : a.launch.state === 'queued' ? 'queued for a spawner' : 'not running';
   return (
     <li class="agent-node" data-testid="agent-node" data-agent-id={a.agent_id} data-status={a.status} data-running={String(a.running)}>
-      <div class={`agent-card s-${a.status}`}>
+      <div class={`agent-card a-${a.status}`}>
         <div class="agent-line">
           <span class={`dot${a.running ? ' on' : ''}`} title={process} aria-hidden="true" />
           <span class="agent-name" data-testid="agent-name" title={a.agent_id}>
@@ -51,12 +51,12 @@ function AgentNode({ agent: a, kidsOf, teamNames }: { agent: Agent; kidsOf: Map<
           )}
           {a.review && (
             <span class="badge review" data-testid="badge-review" title={a.review.detail}>
-              review pending
+              hand-off since {clock(a.review.since)}
             </span>
           )}
           {a.termination_request && !a.review && (
             <span class="badge review" title={a.termination_request.detail}>
-              asks to end
+              asks to end since {clock(a.termination_request.since)}
             </span>
           )}
           {pending?.escalated && (
@@ -65,8 +65,8 @@ function AgentNode({ agent: a, kidsOf, teamNames }: { agent: Agent; kidsOf: Map<
             </span>
           )}
           {a.status === 'terminated' && (
-            <span class="badge terminated" data-testid="badge-terminated">
-              terminated
+            <span class="badge terminated" data-testid="badge-terminated" title="terminated">
+              ended {a.terminated_at !== null ? clock(a.terminated_at) : ''}
             </span>
           )}
           {a.error && (
