@@ -7,6 +7,7 @@ import { launchChromium } from '../src/testkit/chromium.js';
 import { attributeIs, buildDashboard, byId, CJK, countIs, fitsWidth, lineAfter, lineSeqs, signedIn, stillFocused, storedToken, textChanges } from './support/dashboard-page.js';
 import { apiEvents, waitForEvent, type AnyEvent } from './support/events.js';
 import { CLI, spawnSpawner, type SpawnerProcess } from './support/process.js';
+import { until } from './support/poll.js';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
 
 /**
@@ -156,9 +157,10 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     // The root's rule answers with a pong: that line arrives too, after the ping.
     await lineAfter(page, seq, 'pong');
 
-    // The stream is the log: every durable event so far, in order, none twice.
-    const events = await apiEvents(ts, task.task_id);
+    // The stream is the log: every durable event so far, in order, none twice (the page
+    // read first: the log then holds at least what it shows).
     const shown = await lineSeqs(page);
+    const events = await apiEvents(ts, task.task_id);
     const upTo = Math.max(...shown);
     expect(shown).toEqual(events.filter((e) => e.seq <= upTo).map((e) => e.seq));
   });
@@ -286,12 +288,21 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
 
   it("filters the events by agent and by type; a line's full JSON is one click away", async () => {
     await openTask();
-    const events = await apiEvents(ts, task.task_id);
-    await countIs(page, LINE, 'eq', events.length);
+    // The task is done, but its last processes may still be reporting: wait for the page to catch up with the log.
+    await until('the page to show every event of the log', async () => {
+      const [shown, logged] = [await lineSeqs(page), await apiEvents(ts, task.task_id)];
+      return shown.length === logged.length && shown.at(-1) === logged.at(-1)!.seq ? true : undefined;
+    });
+    const events = async () => {
+      const all = await apiEvents(ts, task.task_id);
+      return { all, at: (seq: number) => all.find((e) => e.seq === seq)! };
+    };
+    const { all } = await events();
     const scout = await agentByRole('scout');
+    const helper = await agentByRole('helper');
 
     await byId(page, 'event-filter-type').selectOption('send_message');
-    const messages = events.filter((e) => e.event === 'send_message');
+    const messages = all.filter((e) => e.event === 'send_message');
     await countIs(page, LINE, 'eq', messages.length);
     expect(await lineSeqs(page)).toEqual(messages.map((e) => e.seq));
     expect(await byId(page, 'event-count').textContent()).toContain(String(messages.length));
@@ -302,18 +313,25 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const both = await lineSeqs(page);
     // scout's eight pings and the messages to it, nothing about other agents only.
     expect(both.length).toBeGreaterThanOrEqual(TICKS);
-    for (const seq of both) expect(mentions(events.find((e) => e.seq === seq)!)).toBe(true);
+    for (const seq of both) expect(mentions((await events()).at(seq)), `line ${seq}`).toBe(true);
     const pings = messages.filter((e) => e.caller_id === scout.agent_id).map((e) => e.seq);
+    expect(pings).toHaveLength(TICKS);
     expect(both).toEqual(expect.arrayContaining(pings));
+    const toHelper = messages.find((e) => e.to === helper.agent_id)!;
+    expect(both).not.toContain(toHelper.seq);
 
     await byId(page, 'event-filter-type').selectOption('');
     await countIs(page, LINE, 'gt', both.length);
     const forScout = await lineSeqs(page);
-    expect(forScout.length).toBeLessThan(events.length);
-    for (const seq of forScout) expect(mentions(events.find((e) => e.seq === seq)!)).toBe(true);
+    const now = await events();
+    for (const seq of forScout) expect(mentions(now.at(seq)), `line ${seq}`).toBe(true);
+    // Every event about scout, and only those.
+    expect(forScout).toEqual(now.all.filter(mentions).map((e) => e.seq).filter((seq) => seq <= forScout.at(-1)!));
+    const helperHandOff = now.all.find((e) => e.event === 'inbox.posted' && e.from === helper.agent_id)!;
+    expect(forScout).not.toContain(helperHandOff.seq);
 
     // One click on a line: the whole event, as the log holds it.
-    const answered = events.find((e) => e.event === 'question_answered' && e.by === 'user' && e.asker === task.root_agent_id)!;
+    const answered = all.find((e) => e.event === 'question_answered' && e.by === 'user' && e.asker === task.root_agent_id)!;
     await byId(page, 'event-filter-agent').selectOption('');
     const line = page.locator(`[data-testid="event-line"][data-seq="${answered.seq}"]`);
     await line.click();
