@@ -396,13 +396,15 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const answer = await asking;
     expect(answer.ok && answer.value.answer_text).toBe('Next: Wait for the report.');
 
-    // The composer, to the root the test plays.
+    // The composer, to the root the test plays; the page's message count counts the user's message.
+    const messagesBefore = (await ts.api('GET', `/tasks/${side.task_id}`)).body.stats.messages as number;
     await byId(page, 'composer-to').selectOption(side.root_agent_id);
     await byId(page, 'composer-text').fill('Hello from a narrow window.');
     await byId(page, 'composer-text').press('Enter');
     await byId(page, 'confirm-ok').click();
     const inbox = await sideRoot.call('read_inbox', { wait_s: 10 });
     expect(inbox.ok && inbox.value.messages.map((m: { from: string; content: string }) => [m.from, m.content])).toEqual([['user', 'Hello from a narrow window.']]);
+    await byId(page, 'task-stats').locator('[data-stat="messages"]').filter({ hasText: new RegExp(`^${messagesBefore + 1}\\b`) }).waitFor();
     expect(await fits()).toBe(true);
 
     await page.goto(`${ts.url}/#/`);
