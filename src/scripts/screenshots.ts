@@ -22,7 +22,7 @@ import { PACKAGE_ROOT } from '../util/version.js';
 
 const STEP_DELAY_MS = 300;
 const OUT = path.join(PACKAGE_ROOT, 'docs', 'images');
-/** The window each is taken in; the picture is the whole page, as tall as it lays out. */
+/** The window each is laid out in first; the picture is the whole page, as tall as it lays out. */
 const SHOTS = [
   { file: 'dashboard-task.png', width: 1280, height: 900 },
   { file: 'dashboard-narrow.png', width: 420, height: 900 },
@@ -71,6 +71,10 @@ async function main(): Promise<void> {
       await context.addInitScript((t) => window.localStorage.setItem('beidou.token', t), server.adminToken);
       const page = await context.newPage();
       await page.goto(`${server.url}/#/tasks/${task.task_id}`);
+      await settled(page, task.task_id, review.qid, detail);
+      // A window as tall as the page, so what is sized to the window (the sidebar) spans the picture.
+      const height = await page.evaluate(() => (document as unknown as { documentElement: { scrollHeight: number } }).documentElement.scrollHeight);
+      await page.setViewportSize({ width: shot.width, height });
       await settled(page, task.task_id, review.qid, detail);
       const file = path.join(OUT, shot.file);
       await page.screenshot({ path: file, fullPage: true });
