@@ -286,7 +286,7 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await card.waitFor({ state: 'detached' });
   });
 
-  it("filters the events by agent and by type; a line's full JSON is one click away", async () => {
+  it("filters the events by agent and by type; a line's full JSON is one click away; each agent's figures are the API's", async () => {
     await openTask();
     // The task is done, but its last processes may still be reporting: wait for the page to catch up with the log.
     await until('the page to show every event of the log', async () => {
@@ -330,6 +330,18 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const helperHandOff = now.all.find((e) => e.event === 'inbox.posted' && e.from === helper.agent_id)!;
     expect(forScout).not.toContain(helperHandOff.seq);
 
+    // Per-agent figures, as the API has them: the writer reported tokens, a tool call and a cost.
+    const { body: done } = await ts.api('GET', `/tasks/${task.task_id}`);
+    const writer = done.agents.find((a: { role: string | null }) => a.role === 'writer');
+    expect(writer.stats).toMatchObject({ input_tokens: 1200, output_tokens: 340, tool_calls: 1, cost_usd: 0.0123 });
+    for (const a of done.agents) {
+      const row = page.locator(`[data-testid="agent-stats-row"][data-agent-id="${a.agent_id}"]`);
+      const cells = await row.locator('[data-col]').evaluateAll((tds) => tds.map((td) => [td.getAttribute('data-col'), td.textContent]));
+      const shown = Object.fromEntries(cells);
+      expect(shown, a.name).toMatchObject({ input_tokens: String(a.stats.input_tokens), output_tokens: String(a.stats.output_tokens), tool_calls: String(a.stats.tool_calls), messages_sent: String(a.messages_sent) });
+    }
+    expect(await page.locator(`[data-testid="task-row"][data-task-id="${task.task_id}"] [data-testid="task-cost"]`).textContent()).toBe('$0.0123');
+
     // One click on a line: the whole event, as the log holds it.
     const answered = all.find((e) => e.event === 'question_answered' && e.by === 'user' && e.asker === task.root_agent_id)!;
     await byId(page, 'event-filter-agent').selectOption('');
@@ -369,6 +381,29 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     expect(((await stat('agents').textContent()) ?? '').trim()).toMatch(/^3\b/);
     // Nesting follows leaders: the workers are inside the root's node.
     expect(await page.locator(`[data-testid="agent-node"][data-agent-id="${side.root_agent_id}"] [data-testid="agent-node"]`).count()).toBe(2);
+  });
+
+  it('starts a task from the new-task form and opens its page', async () => {
+    await signedIn(context, ts.adminToken);
+    await page.goto(`${ts.url}/#/`);
+    await byId(page, 'new-task-open').click();
+    const form = byId(page, 'new-task-form');
+    await byId(form, 'new-task-submit').click();
+    await byId(form, 'new-task-error').waitFor();
+    await byId(form, 'new-task-text').fill('Check the report for typos.');
+    await byId(form, 'new-task-name').fill('proofreading');
+    await byId(form, 'new-task-skill').selectOption('worker');
+    // Its root is one a person runs: no spawner starts it.
+    await byId(form, 'new-task-spawn').uncheck();
+    await byId(form, 'new-task-submit').click();
+    await form.waitFor({ state: 'hidden' });
+    await page.waitForURL(/#\/tasks\/tsk_/);
+    const id = new URL(page.url()).hash.slice('#/tasks/'.length);
+    await byId(page, 'task-page').and(page.locator(`[data-task-id="${id}"]`)).waitFor();
+    expect(await byId(page, 'task-title').textContent()).toBe('proofreading');
+    const { body } = await ts.api('GET', `/tasks/${id}`);
+    expect(body.task).toMatchObject({ name: 'proofreading', text: 'Check the report for typos.', skill: 'worker', spawn: false, status: 'running' });
+    expect(await byId(page, 'task-row').first().getAttribute('data-task-id')).toBe(id);
   });
 
   it('works in a narrow window: no sideways scrolling, and the questions panel and the composer still work', async () => {
