@@ -15,11 +15,12 @@ const LAYERS = ['util', 'config', 'identity', 'events', 'protocol', 'registry', 
 /** Entry points: above everything, and never imported by a layer. */
 const ENTRY_POINTS = ['cli', 'demo', 'bench', 'scripts'] as const;
 /**
- * Tooling for tests and the bench, compiled with the product so `npm run bench` (from dist/)
- * can run Claude Code against the scripted Anthropic stand-in as the tests do. Beside
- * server, like the spawner: only `bench` (and tests) may import it; the product never does.
+ * Tooling for tests, the bench and the scripts, compiled with the product so `npm run bench`
+ * (from dist/) can run Claude Code against the scripted Anthropic stand-in as the tests do,
+ * and `npm run screenshots` can drive Chromium as the dashboard's tests do. Beside server,
+ * like the spawner: only `bench` and `scripts` (and tests) may import it; the product never does.
  */
-const TESTKIT_USERS = new Set(['bench']);
+const TESTKIT_USERS = new Set(['bench', 'scripts']);
 /** The spawner process: its own stack, sharing only these with the server. */
 const SPAWNER_MAY_IMPORT = new Set(['spawner', 'protocol', 'events/catalogue', 'skills', 'util']);
 /** Packages that belong to the transport and process edges, never to decisions or state. */
@@ -240,6 +241,7 @@ describe('the import rule (docs/architecture.md)', () => {
       ['cli/wake/attach.ts', { local: ['testkit/fake-anthropic.ts'], packages: [] }],
       ['testkit/fake-anthropic.ts', { local: ['util/version.ts'], packages: ['node:http'] }],
       ['bench/main.ts', { local: ['testkit/fake-anthropic.ts', 'server/server.ts'], packages: [] }],
+      ['scripts/screenshots.ts', { local: ['testkit/fake-anthropic.ts'], packages: [] }],
       ['util/version.ts', { local: [], packages: [] }],
     ]);
     const found = violations(planted);
@@ -253,7 +255,7 @@ describe('the import rule (docs/architecture.md)', () => {
     // What is allowed is not reported.
     expect(found.some((v) => v.includes('imports protocol/spawner.ts') || v.includes('imports events/catalogue.ts'))).toBe(false);
     expect(found.some((v) => v.startsWith('cli/main.ts'))).toBe(false);
-    expect(found.some((v) => v.startsWith('bench/main.ts') || v.startsWith('testkit/'))).toBe(false);
+    expect(found.some((v) => v.startsWith('bench/main.ts') || v.startsWith('scripts/') || v.startsWith('testkit/'))).toBe(false);
     expect(cycles(planted)).toEqual([
       ['cli/main.ts', 'server/server.ts', 'spawner/spawner.ts'],
       ['domain/agents.ts', 'registry/state.ts'],
