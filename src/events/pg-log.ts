@@ -10,8 +10,10 @@ interface TaskLog {
   taskId: string;
   /** The JSON of each durable event: lines[seq - 1]. Served by `read` (which stays synchronous). */
   lines: string[];
-  /** Assigned but not yet committed, in seq order. */
+  /** Assigned but not yet handed to a commit, in seq order. */
   pending: Array<{ event: StoredEvent; line: string }>;
+  /** The last seq assigned (durable, in a commit in flight, or pending). */
+  assigned: number;
   /** Failed verification at start: read-only, its trusted prefix still readable. */
   quarantined: boolean;
 }
@@ -135,12 +137,13 @@ export class PgEventLog implements EventLog {
       return `cannot be applied: ${(err as Error).message}`;
     }
     task.lines.push(row.body);
+    task.assigned = row.seq;
     return null;
   }
 
   private taskLog(taskId: string): TaskLog {
     let task = this.tasks.get(taskId);
-    if (!task) this.tasks.set(taskId, (task = { taskId, lines: [], pending: [], quarantined: false }));
+    if (!task) this.tasks.set(taskId, (task = { taskId, lines: [], pending: [], assigned: 0, quarantined: false }));
     return task;
   }
 
@@ -166,7 +169,7 @@ export class PgEventLog implements EventLog {
     for (let i = 0; i < drafts.length; i++) {
       const draft = drafts[i]!;
       const task = this.taskLog(draft.task_id);
-      const seq = task.lines.length + task.pending.length + 1;
+      const seq = ++task.assigned;
       const event = { seq, ts, event: draft.event, task_id: draft.task_id, ...fields[i] } as StoredEvent;
       // The same JSON as a JSONL line, without commit markers: a commit here is one transaction.
       const line = eventLine(seq, ts, heads[i]!, bodies[i]!, seq, 1).slice(0, -1);
