@@ -33,6 +33,12 @@ export async function databaseUrlFor(home: string): Promise<string> {
   return url.toString();
 }
 
+/** A fresh database of its own (dropped with the file's others), for a test that drives the store directly. */
+export async function freshDatabase(): Promise<{ url: string; name: string }> {
+  const key = `fresh-${process.pid}-${Date.now()}-${Math.random()}`;
+  return { url: await databaseUrlFor(key), name: databaseName(key) };
+}
+
 export async function dropCreatedDatabases(): Promise<void> {
   if (created.size === 0) return;
   const { adminUrl } = inject('postgres');
