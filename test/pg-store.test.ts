@@ -5,7 +5,7 @@ import { ConfigError, loadConfig } from '../src/config.js';
 import { createLogger, type Logger } from '../src/util/logger.js';
 import { until } from './support/poll.js';
 import { agentToken, connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
-import { databaseName, databaseUrlFor, storedEvents, withDatabase } from './support/store.js';
+import { databaseName, databaseUrlFor, rollupRows, storedEvents, withDatabase } from './support/store.js';
 
 /**
  * The server on the PostgreSQL store, against the test run's real PostgreSQL: the log's
@@ -195,6 +195,23 @@ describe('the PostgreSQL store', () => {
     expect(view).toMatchObject({ task: { status: 'quarantined' }, quarantine: { file: `events table, task ${damaged.task_id}`, line: seq, reason: 'its body says seq 99' } });
     expect((await again.api('POST', `/agents/${damaged.root_agent_id}/send`, { content: 'refused' })).body).toMatchObject({ error: 'task_quarantined' });
     expect((await again.api('POST', `/agents/${healthy.root_agent_id}/send`, { content: 'fine' })).status).toBe(200);
+  });
+
+  it('text PostgreSQL cannot hold as text (U+0000, a lone surrogate) is kept exactly in the log, and replaced in the rollups', async () => {
+    const home = tempHome();
+    homes.push(home);
+    const ts = await start(home);
+    const text = 'nul \u0000 and a lone \ud800 surrogate';
+    const task = await createTask(ts, { task: text });
+    expect((await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: text })).status).toBe(200);
+    await ts.server.rollups.flush();
+    expect(await rollupRows(home, 'SELECT text FROM tasks WHERE task_id = ?', [task.task_id])).toEqual([{ text: 'nul \ufffd and a lone \ufffd surrogate' }]);
+    await ts.close();
+    servers.splice(servers.indexOf(ts), 1);
+    const again = await start(home);
+    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0`)).body.events as Array<{ event: string; content?: string }>;
+    expect(events.find((e) => e.event === 'send_message')?.content).toBe(text);
+    expect((await again.api('GET', `/tasks/${task.task_id}`)).body.task.text).toBe(text);
   });
 
   it("never logs the database URL's password, nor shows it in a refusal", async () => {
