@@ -26,6 +26,11 @@ const configSchema = z.object({
   home: z.string().min(1, 'must not be empty'),
   adminToken: z.string().min(16, 'must be at least 16 characters').optional(),
   secret: z.string().min(32, 'must be at least 32 characters').optional(),
+  /** The PostgreSQL store; unset: the embedded one (JSONL files and SQLite in the home). */
+  databaseUrl: z
+    .string()
+    .regex(/^postgres(ql)?:\/\/[^\s]+$/, 'must be a postgres:// (or postgresql://) URL')
+    .optional(),
   inboxCap: count(1000),
   inboxMaxChars: count(64 * 1024 * 1024),
   maxDepth: count(8),
@@ -66,6 +71,7 @@ const SOURCE_NAMES: Record<string, string> = {
   home: '--home / BEIDOU_HOME',
   adminToken: 'BEIDOU_ADMIN_TOKEN',
   secret: 'BEIDOU_SECRET',
+  databaseUrl: '--database-url / BEIDOU_DATABASE_URL',
   inboxCap: 'BEIDOU_INBOX_CAP',
   inboxMaxChars: 'BEIDOU_INBOX_MAX_CHARS',
   maxDepth: 'BEIDOU_MAX_DEPTH',
@@ -99,10 +105,13 @@ export function settingName(key: keyof Config): string {
 
 export class ConfigError extends Error {}
 
+const SECRET_KEYS = new Set(['adminToken', 'secret', 'databaseUrl']);
+
 export interface ConfigFlags {
   host?: string;
   port?: string;
   home?: string;
+  databaseUrl?: string;
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -119,6 +128,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     home: path.resolve(flags.home ?? defaultHome(env)),
     adminToken: emptyToUndefined(env.BEIDOU_ADMIN_TOKEN),
     secret: emptyToUndefined(env.BEIDOU_SECRET),
+    databaseUrl: flags.databaseUrl ?? emptyToUndefined(env.BEIDOU_DATABASE_URL),
     inboxCap: emptyToUndefined(env.BEIDOU_INBOX_CAP),
     inboxMaxChars: emptyToUndefined(env.BEIDOU_INBOX_MAX_CHARS),
     maxDepth: emptyToUndefined(env.BEIDOU_MAX_DEPTH),
@@ -153,7 +163,8 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     const issue = parsed.error.issues[0]!;
     const key = String(issue.path[0] ?? '');
     const shown = (raw as Record<string, unknown>)[key];
-    const value = typeof shown === 'string' && key !== 'adminToken' && key !== 'secret' ? ` (got "${shown}")` : '';
+    // Credentials are never echoed (a database URL may carry a password).
+    const value = typeof shown === 'string' && !SECRET_KEYS.has(key) ? ` (got "${shown}")` : '';
     throw new ConfigError(`invalid ${SOURCE_NAMES[key] ?? key}: ${issue.message}${value}`);
   }
   return parsed.data;

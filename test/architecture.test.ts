@@ -26,7 +26,7 @@ const SPAWNER_MAY_IMPORT = new Set(['spawner', 'protocol', 'events/catalogue', '
 /** Packages that belong to the transport and process edges, never to decisions or state. */
 const EDGE_PACKAGES = ['express', '@modelcontextprotocol/sdk', 'pino', 'better-sse'];
 /** Decisions are pure: no file system, no processes, no database. */
-const IO_MODULES = ['node:fs', 'node:child_process', 'node:net', 'node:http', 'better-sqlite3'];
+const IO_MODULES = ['node:fs', 'node:child_process', 'node:net', 'node:http', 'better-sqlite3', 'pg'];
 
 type Graph = Map<string, { local: string[]; packages: string[] }>;
 

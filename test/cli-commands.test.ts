@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -369,50 +369,5 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
   });
 });
 
-// docs/cli.md's examples of these commands are run and checked by test/docs-cli.test.ts.
-
-describe('a quarantined task from the CLI', { timeout: 60_000 }, () => {
-  let ts: TestServer;
-  afterAll(async () => {
-    await ts?.close();
-    if (ts) removeHome(ts.home);
-  });
-
-  it('task list and task show say it is quarantined and why; writes to it are refused (exit 1)', async () => {
-    ts = await startTestServer();
-    const home = ts.home;
-    const task = await createTask(ts, { task: 'a seq written twice', name: 'doubled' });
-    for (const n of [1, 2]) expect((await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(200);
-    await ts.close();
-    // Two writers on one home: the same seq twice.
-    const file = path.join(home, 'events', `${task.task_id}.jsonl`);
-    const lines = readFileSync(file, 'utf8').split('\n').filter(Boolean);
-    writeFileSync(file, [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n');
-    ts = await startTestServer({ home });
-    const cli = (...args: string[]) => beidou([...args, '--server', ts.url, '--home', home]);
-
-    const reason = `${file} line ${lines.length + 1}: seq ${lines.length}, expected ${lines.length + 1}`;
-    const note = `${task.task_id} is quarantined: ${reason} (read-only; beidou doctor --repair, with the server stopped, cuts it back to its last whole commit)`;
-    const [list, show, json, agent, terminate, message] = await Promise.all([
-      cli('task', 'list'),
-      cli('task', 'show', task.task_id),
-      cli('task', 'show', task.task_id, '--json'),
-      cli('agent', 'show', 'root', '--task', task.task_id),
-      cli('task', 'terminate', task.task_id),
-      cli('message', 'root', 'hi', '--task', task.task_id),
-    ]);
-    expect(row(list.stdout, task.task_id).slice(0, 3)).toEqual([task.task_id, 'doubled', 'quarantined']);
-    expect(list.stdout.trimEnd().split('\n').at(-1)).toBe(note);
-    expect(show.code).toBe(0);
-    expect(show.stdout.split('\n')[0]).toBe(`task ${task.task_id} "doubled": quarantined`);
-    expect(show.stdout).toContain(`\n${note}\n`);
-    expect(JSON.parse(json.stdout)).toEqual((await ts.api('GET', `/tasks/${task.task_id}`)).body);
-    // What its events before the fault made of it stays readable.
-    expect(agent.code).toBe(0);
-    expect(agent.stdout).toContain(`  inbox      2 undelivered;`);
-    expect(terminate.code).toBe(1);
-    expect(terminate.stderr).toMatch(new RegExp(`^beidou: 409 task_quarantined: task ${task.task_id} is quarantined: `));
-    expect(message.code).toBe(1);
-    expect(message.stderr).toMatch(/^beidou: 409 task_quarantined: /);
-  });
-});
+// docs/cli.md's examples of these commands are run and checked by test/docs-cli.test.ts;
+// the quarantined task from the CLI is test/cli-quarantine.test.ts (embedded store only).

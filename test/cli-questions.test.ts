@@ -1,10 +1,10 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
 import { beidou, buildCli } from './support/cli.js';
 import { until } from './support/poll.js';
+import { rollupRows, STORE, storeEnv, withDatabase } from './support/store.js';
 
 /**
  * `beidou questions`, `beidou answer` and `beidou stats rebuild` as a person runs them: child
@@ -209,7 +209,7 @@ describe('beidou questions / beidou answer', { timeout: 60_000 }, () => {
 });
 
 describe('beidou stats rebuild', { timeout: 60_000 }, () => {
-  it("recreates stats.db from a stopped server's event logs", async () => {
+  it("recreates the rollups from a stopped server's event logs", async () => {
     const ts = await startTestServer();
     const home = ts.home;
     try {
@@ -229,59 +229,64 @@ describe('beidou stats rebuild', { timeout: 60_000 }, () => {
       await root.close();
       await ts.close();
 
-      // Throw the rollups away (even a corrupt file): they are derived data.
-      const db = path.join(home, 'stats.db');
-      for (const suffix of ['-wal', '-shm']) rmSync(db + suffix, { force: true });
-      writeFileSync(db, 'not a database');
-
-      const run = await beidou(['stats', 'rebuild', '--home', home]);
-      expect(run).toEqual({ code: 0, stdout: `rebuilt ${db}: 1 tasks, 1 teams, 3 agents, 0 questions\n`, stderr: '' });
-
-      const sql = new Database(db, { readonly: true });
-      try {
-        const tasks = sql.prepare('SELECT * FROM tasks').all() as Array<Record<string, unknown>>;
-        expect(tasks).toHaveLength(1);
-        expect(tasks[0]).toMatchObject({
-          task_id: task.task_id,
-          name: 'rollup-demo',
-          text: 'rollups from the logs',
-          status: 'running',
-          root_agent_id: task.root_agent_id,
-          agent_count: 3,
-          team_count: 1,
-          ended_at: null,
-        });
-        expect(tasks[0]!.event_count).toBeGreaterThan(3);
-
-        const agents = sql.prepare('SELECT * FROM agents ORDER BY created_at, agent_id').all() as Array<Record<string, unknown>>;
-        expect(agents).toHaveLength(3);
-        const byId = new Map(agents.map((a) => [a.agent_id as string, a]));
-        expect(byId.get(task.root_agent_id)).toMatchObject({
-          task_id: task.task_id,
-          team_id: null,
-          leader_id: 'user',
-          skill: 'leader',
-          status: 'active',
-          messages_sent: 1,
-          terminated_at: null,
-        });
-        const teamId = team.ok ? team.value.team_id : '';
-        expect(byId.get(members[0]!.agent_id)).toMatchObject({
-          task_id: task.task_id,
-          team_id: teamId,
-          role: 'backend',
-          skill: 'worker',
-          leader_id: task.root_agent_id,
-          status: 'pending_launch',
-          inbox_depth: 1,
-        });
-        expect(byId.get(members[1]!.agent_id)).toMatchObject({ role: 'frontend', inbox_depth: 0 });
-
-        const teams = sql.prepare('SELECT * FROM teams').all();
-        expect(teams).toEqual([expect.objectContaining({ team_id: teamId, task_id: task.task_id, leader_id: task.root_agent_id, depth: 1, member_count: 2 })]);
-      } finally {
-        sql.close();
+      // Throw the rollups away (even a corrupt stats.db, or stale rows): they are derived data.
+      const env = await storeEnv(home);
+      let where: string;
+      if (STORE === 'embedded') {
+        where = path.join(home, 'stats.db');
+        for (const suffix of ['-wal', '-shm']) rmSync(where + suffix, { force: true });
+        writeFileSync(where, 'not a database');
+      } else {
+        const url = new URL(env.BEIDOU_DATABASE_URL!);
+        where = `the rollup tables of postgres://${url.username}@${url.host}${url.pathname}`;
+        await withDatabase(home, (c) =>
+          c.query(`DELETE FROM agents; UPDATE tasks SET status = 'stale'; INSERT INTO teams VALUES ('tm_gone', 't', 'gone', 'x', NULL, 1, 0, 0)`),
+        );
       }
+
+      const run = await beidou(['stats', 'rebuild', '--home', home], env);
+      expect(run).toEqual({ code: 0, stdout: `rebuilt ${where}: 1 tasks, 1 teams, 3 agents, 0 questions\n`, stderr: '' });
+
+      const tasks = await rollupRows(home, 'SELECT * FROM tasks');
+      expect(tasks).toHaveLength(1);
+      expect(tasks[0]).toMatchObject({
+        task_id: task.task_id,
+        name: 'rollup-demo',
+        text: 'rollups from the logs',
+        status: 'running',
+        root_agent_id: task.root_agent_id,
+        agent_count: 3,
+        team_count: 1,
+        ended_at: null,
+      });
+      expect(tasks[0]!.event_count).toBeGreaterThan(3);
+
+      const agents = await rollupRows(home, 'SELECT * FROM agents ORDER BY created_at, agent_id');
+      expect(agents).toHaveLength(3);
+      const byId = new Map(agents.map((a) => [a.agent_id as string, a]));
+      expect(byId.get(task.root_agent_id)).toMatchObject({
+        task_id: task.task_id,
+        team_id: null,
+        leader_id: 'user',
+        skill: 'leader',
+        status: 'active',
+        messages_sent: 1,
+        terminated_at: null,
+      });
+      const teamId = team.ok ? team.value.team_id : '';
+      expect(byId.get(members[0]!.agent_id)).toMatchObject({
+        task_id: task.task_id,
+        team_id: teamId,
+        role: 'backend',
+        skill: 'worker',
+        leader_id: task.root_agent_id,
+        status: 'pending_launch',
+        inbox_depth: 1,
+      });
+      expect(byId.get(members[1]!.agent_id)).toMatchObject({ role: 'frontend', inbox_depth: 0 });
+
+      const teams = await rollupRows(home, 'SELECT * FROM teams');
+      expect(teams).toEqual([expect.objectContaining({ team_id: teamId, task_id: task.task_id, leader_id: task.root_agent_id, depth: 1, member_count: 2 })]);
     } finally {
       await ts.close();
       removeHome(home);

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { buildCli, CliChild } from './support/cli.js';
 import { connectAgent, removeHome, tempHome } from './support/server.js';
+import { storeEnv } from './support/store.js';
 
 /**
  * The `beidou` binary as a person runs it: child processes of `node dist/cli/main.js`,
@@ -23,7 +24,7 @@ async function run(args: string[], env: Record<string, string> = {}): Promise<{ 
 
 /** `beidou serve` on a free port; resolves once it prints where it listens. */
 async function serve(home: string, args: string[] = ['--port', '0'], env: Record<string, string> = {}) {
-  const child = new CliChild(['serve', '--home', home, ...args], env);
+  const child = new CliChild(['serve', '--home', home, ...args], { ...(await storeEnv(home)), ...env });
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) {

@@ -7,6 +7,7 @@ import { waitUntil, type AnyEvent } from './support/events.js';
 import { until } from './support/poll.js';
 import { spawnServer, type ServerProcess } from './support/process.js';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
+import { storedEvents } from './support/store.js';
 
 /**
  * A read loses nothing (docs/architecture.md, delivery guarantees): a message leaves the
@@ -184,17 +185,13 @@ describe('a crash between the reply and its record', () => {
     const sessionId = await openSession(proc.url, task.token);
     rawRequest(proc.url, 'POST', '/mcp', MCP_HEADERS(task.token, sessionId), toolCall(1, 'read_inbox', {}));
 
-    // The log on disk once the read has taken the messages; the reply is still on its way.
-    const file = path.join(home, 'events', `${task.task_id}.jsonl`);
-    const onDisk = () =>
-      readFileSync(file, 'utf8')
-        .split('\n')
-        .filter((l) => l.length > 0)
-        .map((l) => JSON.parse(l) as AnyEvent);
-    await until('the read recorded on disk', () => handedOver(ids)(onDisk()));
+    // The stored log (the JSONL file, or the database) once the read has taken the
+    // messages; the reply is still on its way.
+    const onDisk = async () => (await storedEvents(home, task.task_id)) as AnyEvent[];
+    await until('the read recorded on disk', async () => handedOver(ids)(await onDisk()));
     proc.child.kill('SIGKILL');
     await proc.exited;
-    expect(onDisk().filter((e) => e.event === 'agent_input')).toEqual([]);
+    expect((await onDisk()).filter((e) => e.event === 'agent_input')).toEqual([]);
 
     proc = await spawnServer(home);
     const root = await connectAgent(proc.url, task.token);
@@ -202,8 +199,8 @@ describe('a crash between the reply and its record', () => {
     const read = await root.call('read_inbox');
     expect(read.ok && read.value.messages.map((m: { message_id: string; redelivered?: true }) => [m.message_id, m.redelivered])).toEqual(ids.map((id) => [id, true]));
     expect(await root.call('read_inbox')).toMatchObject({ ok: true, value: { messages: [] } });
-    const inputs = await until('the deliveries recorded', () => {
-      const found = onDisk().filter((e) => e.event === 'agent_input');
+    const inputs = await until('the deliveries recorded', async () => {
+      const found = (await onDisk()).filter((e) => e.event === 'agent_input');
       return found.length === COUNT ? found : undefined;
     });
     expect(inputs.map((e) => e.message_id)).toEqual(ids);

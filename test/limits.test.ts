@@ -1,7 +1,6 @@
-import { existsSync, readdirSync } from 'node:fs';
-import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { waitForEvent } from './support/events.js';
+import { storedPlans } from './support/store.js';
 import {
   agentToken,
   connectAgent,
@@ -105,8 +104,7 @@ describe('limits: quotas and content caps', () => {
     const tasks = [planTask('a'), planTask('b', ['a']), planTask('c', ['a']), planTask('d', ['b', 'c'])];
     expectError(await root.call('declare_plan', { tasks }), 'limit_exceeded', { limit: 'plan_tasks', max: 3, setting: 'BEIDOU_MAX_PLAN_TASKS' });
     expect(await snapshot(s, task.task_id)).toEqual(before);
-    const plans = path.join(s.home, 'plans', task.task_id);
-    expect(existsSync(plans) ? readdirSync(plans) : []).toEqual([]);
+    expect(await storedPlans(s.home, task.task_id)).toEqual([]);
     expect(value(await root.call('declare_plan', { tasks: tasks.slice(0, 3) })).tasks).toHaveLength(3);
   });
 

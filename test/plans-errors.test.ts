@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -6,6 +6,7 @@ import { PRIMITIVES_BY_NAME } from '../src/primitives/index.js';
 import { invokePrimitive } from '../src/primitives/invoke.js';
 import type { ToolContext } from '../src/primitives/define.js';
 import { durableEvents, eventsNamed, type AnyEvent } from './support/events.js';
+import { planLocation, storedPlans } from './support/store.js';
 import {
   agentToken,
   connectAgent,
@@ -83,8 +84,8 @@ describe('plans, spawning and reviews: error codes', () => {
     return expectOk(await leader.call('spawn_agent', { task_id: taskId })).agent_id as string;
   }
 
-  const plansDir = (taskId: string) => path.join(ts.home, 'plans', taskId);
-  const planFiles = (taskId: string) => (existsSync(plansDir(taskId)) ? readdirSync(plansDir(taskId)).sort() : []);
+  // The store's copies of a task's plans (files in the home, or rows of the database).
+  const planFiles = (taskId: string) => storedPlans(ts.home, taskId);
   const events = (taskId: string): AnyEvent[] => durableEvents(ts, taskId);
 
   // ---------------------------------------------------------------- declare_plan
@@ -127,18 +128,18 @@ describe('plans, spawning and reviews: error codes', () => {
       expect(skill.available).toEqual(expect.arrayContaining(['leader', 'worker']));
 
       // Nothing was written: no plan file, no plan event, no active plan.
-      expect(planFiles(taskId)).toEqual([]);
+      expect(await planFiles(taskId)).toEqual([]);
       expect(eventsNamed(events(taskId), 'plan_declared')).toEqual([]);
       expectError(await root.call('list_ready'), 'no_active_plan');
 
-      // A valid plan is then accepted and persisted as plans/<task_id>/<plan_id>.json.
+      // A valid plan is then accepted and persisted (embedded: as plans/<task_id>/<plan_id>.json).
       const declared = expectOk(await root.call('declare_plan', { tasks: [t('a'), t('b', ['a'])] }));
       expect(declared.tasks).toEqual([
         { id: 'a', role: 'role-a', skill: 'worker', depends_on: [], status: 'ready' },
         { id: 'b', role: 'role-b', skill: 'worker', depends_on: ['a'], status: 'blocked' },
       ]);
-      expect(declared.plan_path).toBe(path.join(plansDir(taskId), `${declared.plan_id}.json`));
-      expect(planFiles(taskId)).toEqual([`${declared.plan_id}.json`]);
+      expect(declared.plan_path).toBe(planLocation(ts.home, taskId, declared.plan_id));
+      expect(await planFiles(taskId)).toEqual([`${declared.plan_id}.json`]);
       expect(expectOk(await root.call('list_ready'))).toEqual({ ready: ['a'] });
     });
 
@@ -146,7 +147,7 @@ describe('plans, spawning and reviews: error codes', () => {
       const { root, taskId } = await newRoot();
       const first = expectOk(await root.call('declare_plan', { tasks: [t('a')] }));
       expectError(await root.call('declare_plan', { tasks: [t('x'), t('y')] }), 'plan_already_declared', { plan_id: first.plan_id });
-      expect(planFiles(taskId)).toEqual([`${first.plan_id}.json`]);
+      expect(await planFiles(taskId)).toEqual([`${first.plan_id}.json`]);
       expect(eventsNamed(events(taskId), 'plan_declared')).toHaveLength(1);
       expect(expectOk(await root.call('list_ready'))).toEqual({ ready: ['a'] });
     });
@@ -170,7 +171,7 @@ describe('plans, spawning and reviews: error codes', () => {
         ]),
       );
       expect(inUse.in_flight).toHaveLength(2);
-      expect(existsSync(plan.plan_path)).toBe(true);
+      expect(await planFiles(taskId)).toEqual([`${plan.plan_id}.json`]);
 
       // Once nothing is in flight (a done, b failed, c ready), removal is allowed.
       const childA = await connectAs(a);
@@ -180,15 +181,14 @@ describe('plans, spawning and reviews: error codes', () => {
       expect(expectOk(await root.call('list_ready'))).toEqual({ ready: ['c'] });
 
       expect(expectOk(await root.call('remove_plan'))).toEqual({ removed_plan_id: plan.plan_id });
-      expect(existsSync(plan.plan_path)).toBe(false);
-      expect(planFiles(taskId)).toEqual([`${plan.plan_id}.removed.json`]);
+      expect(await planFiles(taskId)).toEqual([`${plan.plan_id}.removed.json`]);
       expect(eventsNamed(events(taskId), 'plan_removed', (e) => e.plan_id === plan.plan_id)).toHaveLength(1);
       expectError(await root.call('list_ready'), 'no_active_plan');
       expectError(await root.call('remove_plan'), 'no_active_plan');
 
       // A fresh plan can now be declared.
       const next = expectOk(await root.call('declare_plan', { tasks: [t('z')] }));
-      expect(planFiles(taskId)).toEqual([`${next.plan_id}.json`, `${plan.plan_id}.removed.json`].sort());
+      expect(await planFiles(taskId)).toEqual([`${next.plan_id}.json`, `${plan.plan_id}.removed.json`].sort());
     });
   });
 

@@ -6,6 +6,7 @@ import { runDemo } from '../src/demo/main.js';
 import { eventsNamed, waitForEvent, waitUntil, type AnyEvent } from './support/events.js';
 import { spawnSpawner, type SpawnerProcess } from './support/process.js';
 import { removeHome, startTestServer, type TestServer } from './support/server.js';
+import { rollupRows } from './support/store.js';
 
 /** The spawner with real child processes: scripted agents through the command adapter. */
 describe('spawner', () => {
@@ -92,16 +93,10 @@ describe('spawner', () => {
     ]);
     // An unknown event is refused whole and appends nothing.
     expect(events.some((e) => e.event === ('no_such_event' as string))).toBe(false);
-    const { default: Database } = await import('better-sqlite3');
-    const db = new Database(path.join(ts!.home, 'stats.db'), { readonly: true });
-    try {
-      // Rollups are batched off the hot path; flush the batch rather than wait for its timer.
-      ts!.server.rollups.flush();
-      const agent = db.prepare('SELECT * FROM agents WHERE agent_id = ?').get(task.root_agent_id);
-      expect(agent).toMatchObject({ input_tokens: 150, output_tokens: 15, cost_usd: 0.25, tool_calls: 1, llm_calls: 2 });
-    } finally {
-      db.close();
-    }
+    // Rollups are batched off the hot path; flush the batch rather than wait for its timer.
+    await ts!.server.rollups.flush();
+    const [agent] = await rollupRows(ts!.home, 'SELECT * FROM agents WHERE agent_id = ?', [task.root_agent_id]);
+    expect(agent).toMatchObject({ input_tokens: 150, output_tokens: 15, cost_usd: 0.25, tool_calls: 1, llm_calls: 2 });
   });
 
   it('resumes an agent that exits on its own, and escalates on the third strike', async () => {

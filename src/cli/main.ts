@@ -6,7 +6,6 @@ import { CliError } from './client.js';
 import { events } from './events.js';
 import { answer, decline, questions } from './questions.js';
 import { spawners } from './spawners.js';
-import { statsRebuild } from './stats.js';
 import { tail } from './tail.js';
 import { taskList, taskShow, taskStart, taskTerminate } from './task.js';
 import { token } from './token.js';
@@ -23,9 +22,10 @@ program
   .option('--host <host>', 'interface to listen on (BEIDOU_HOST, default 127.0.0.1)')
   .option('--port <port>', 'port; 0 picks a free one (BEIDOU_PORT, default 7777)')
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
+  .option('--database-url <url>', 'keep events, rollups and plans in PostgreSQL (BEIDOU_DATABASE_URL; default: files in the home)')
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
   // Loaded on demand: client commands should not pay for the server's imports.
-  .action(async (opts: { host?: string; port?: string; home?: string; logFormat?: string }) => (await import('./serve.js')).serve(opts));
+  .action(async (opts: { host?: string; port?: string; home?: string; databaseUrl?: string; logFormat?: string }) => (await import('./serve.js')).serve(opts));
 
 const clientOptions = (cmd: Command) =>
   cmd
@@ -205,9 +205,10 @@ program
   .command('stats')
   .description('rollup maintenance')
   .command('rebuild')
-  .description('recreate stats.db from the event logs (refused while a server holds the home)')
+  .description('recreate the rollups (stats.db, or the rollup tables of the database) from the event logs (refused while a server holds the home or the database)')
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
-  .action(statsRebuild);
+  .option('--database-url <url>', 'the PostgreSQL store (BEIDOU_DATABASE_URL)')
+  .action(async (opts: { home?: string; databaseUrl?: string }) => (await import('./stats.js')).statsRebuild(opts));
 
 program
   .command('doctor')

@@ -1,5 +1,7 @@
 import { ConfigError, loadConfig, type ConfigFlags } from '../config.js';
 import { HomeLockedError } from '../events/home-lock.js';
+import { DatabaseInUseError, DatabaseUnreachableError } from '../events/pg-connect.js';
+import { MigrationError, SchemaTooNewError } from '../events/pg-schema.js';
 import { startServer } from '../server/server.js';
 import { createLogger, resolveLogFormat, type LogFormat } from '../util/logger.js';
 
@@ -20,6 +22,9 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
     if (err instanceof HomeLockedError) fail(`${err.home} is in use by another beidou server (pid ${err.pid ?? 'unknown'}); one server per home`, 2);
+    if (err instanceof DatabaseInUseError || err instanceof DatabaseUnreachableError || err instanceof SchemaTooNewError || err instanceof MigrationError) {
+      fail(err.message, 2);
+    }
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE') fail(`port ${config.port} on ${config.host} is already in use`, 2);
     if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND') fail(`cannot listen on host ${config.host} (${code})`, 2);

@@ -1,5 +1,3 @@
-import path from 'node:path';
-import { homePaths } from '../config.js';
 import type { EventDraft } from '../events/catalogue.js';
 import { initialStatus, newlyReady, unmetDeps, validatePlanGraph, type PlanGraphError, type PlanTaskSpec } from '../registry/plan-graph.js';
 import { activePlan, depthOfTeamLedBy } from '../registry/queries.js';
@@ -11,14 +9,14 @@ import { assertAgentsPerTask, assertContentSize, assertPlanTasks, assertTeamsPer
 
 /**
  * Plans: `declare_plan`, `remove_plan` and `spawn_agent` as decisions. The event log holds
- * the plan (`plan_declared` carries it whole) and every plan-task state; the file
- * `plans/{task_id}/{plan_id}.json` is a human-readable copy, written before the event, and
- * renamed to `{plan_id}.removed.json` when the plan is removed.
+ * the plan (`plan_declared` carries it whole) and every plan-task state; the plan store
+ * (`registry/plan-store.ts`: a file `plans/{task_id}/{plan_id}.json`, or a row in
+ * PostgreSQL) keeps a human-readable copy, written before the event, and marked removed
+ * when the plan is removed.
  */
 
-function planPath(home: string, taskId: string, planId: string): string {
-  return path.join(homePaths(home).plans, taskId, `${planId}.json`);
-}
+/** Where the store keeps a plan's copy: what `plan_path` says. */
+export type PlanLocator = (taskId: string, planId: string) => string;
 
 /** The plan file: readable JSON with one task per line (indenting every dependency would double its size). */
 function planFileText(head: Record<string, string>, specs: readonly PlanTaskSpec[]): string {
@@ -26,20 +24,17 @@ function planFileText(head: Record<string, string>, specs: readonly PlanTaskSpec
   return ['{', ...fields, '  "tasks": [', specs.map((t) => `    ${JSON.stringify(t)}`).join(',\n'), '  ]', '}', ''].join('\n');
 }
 
-export function removedPlanPath(file: string): string {
-  return file.replace(/\.json$/, '.removed.json');
-}
-
 export interface DeclaredPlan {
   planId: string;
+  /** Its `plan_path`. */
   file: string;
-  /** The plan file's content, to write (atomically) before committing `drafts`. */
+  /** The plan's readable copy, for the plan store to keep before `drafts` are committed. */
   text: string;
   tasks: Array<PlanTaskSpec & { status: 'ready' | 'blocked' }>;
   drafts: EventDraft[];
 }
 
-export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: PlanTaskSpec[], skills: SkillSource): DeclaredPlan {
+export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: PlanTaskSpec[], skills: SkillSource, locate: PlanLocator): DeclaredPlan {
   if (caller.active_plan_id) {
     throw new DomainError('plan_already_declared', `you already have an active plan (${caller.active_plan_id}); call remove_plan first to replan`, {
       plan_id: caller.active_plan_id,
@@ -67,7 +62,7 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
     known.add(t.skill);
   }
   const planId = ctx.ids.next('pl');
-  const file = planPath(ctx.config.home, caller.task_id, planId);
+  const file = locate(caller.task_id, planId);
   const tasks = specs.map((t) => ({ ...t, status: initialStatus(t) as 'ready' | 'blocked' }));
   const text = planFileText({ plan_id: planId, task_id: caller.task_id, owner_agent_id: caller.agent_id }, specs);
   const drafts: EventDraft[] = [
@@ -76,7 +71,7 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
   return { planId, file, text, tasks, drafts };
 }
 
-/** Refuses while any task is in flight; the caller renames the file, then commits. */
+/** Refuses while any task is in flight; the caller marks the stored copy removed, then commits. */
 export function removePlan(ctx: DomainContext, caller: AgentRecord): { plan: PlanRecord; drafts: EventDraft[] } {
   const plan = activePlan(ctx.state, caller);
   if (!plan) throw new DomainError('no_active_plan', 'you have no active plan');

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import * as plans from '../domain/plans.js';
 import type { PlanTaskSpec } from '../registry/plan-graph.js';
-import { writeFileAtomicAsync } from '../util/durable-file.js';
 import { definePrimitive } from './define.js';
 import { nameField } from './fields.js';
 
@@ -50,13 +49,13 @@ export const declarePlan = definePrimitive({
   }),
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },
   async handler(input, { services, caller }) {
-    const { registry, skills, locks, domain } = services;
+    const { registry, skills, locks, domain, plans: planStore } = services;
     return locks.plan.with(caller.agent_id, async () => {
       const specs: PlanTaskSpec[] = input.tasks.map((t) => ({ ...t, model: t.model ?? null }));
-      const plan = plans.declarePlan(domain, caller, specs, skills);
-      // The file first: if it cannot be written, nothing changes. (The plan lock keeps the
+      const plan = plans.declarePlan(domain, caller, specs, skills, (taskId, planId) => planStore.location(taskId, planId));
+      // The copy first: if it cannot be kept, nothing changes. (The plan lock keeps the
       // caller's own declare_plan calls in order meanwhile.)
-      await writeFileAtomicAsync(plan.file, plan.text);
+      await planStore.save({ taskId: caller.task_id, planId: plan.planId, ownerAgentId: caller.agent_id, location: plan.file, text: plan.text });
       await registry.commit(plan.drafts);
       return {
         plan_id: plan.planId,

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import type { DomainContext } from '../domain/context.js';
 import type { TokenService } from '../identity/tokens.js';
+import type { PlanStore } from '../registry/plan-store.js';
 import type { Registry } from '../registry/registry.js';
 import type { SkillCatalog } from '../skills/loader.js';
 import type { Clock } from '../util/clock.js';
@@ -23,6 +24,8 @@ export interface Services {
   /** The read-only context every decision in `domain/` takes. */
   domain: DomainContext;
   skills: SkillCatalog;
+  /** Where declare_plan keeps each plan's readable copy (files in the home, or the database). */
+  plans: PlanStore;
   tokens: TokenService;
   inboxes: Inboxes;
   /** Blocked `ask_user` calls. */

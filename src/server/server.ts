@@ -4,11 +4,10 @@ import { homePaths, prepareHome, type Config } from '../config.js';
 import type { DomainContext } from '../domain/context.js';
 import { acquireHomeLock, type HomeLock } from '../events/home-lock.js';
 import type { ReplayReport } from '../events/log.js';
-import { JsonlEventLog } from '../events/jsonl-log.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile } from '../identity/secrets.js';
 import { TokenService } from '../identity/tokens.js';
 import { Registry } from '../registry/registry.js';
-import { SqliteRollups, type RollupStore } from '../registry/rollups.js';
+import type { RollupStore } from '../registry/rollups.js';
 import type { AnyPrimitive } from '../primitives/define.js';
 import { PRIMITIVES } from '../primitives/index.js';
 import { Activity } from '../runtime/activity.js';
@@ -28,6 +27,7 @@ import { Authenticator } from './auth.js';
 import { createHttpServer } from './http-limits.js';
 import { McpSessions } from './mcp.js';
 import { TasksFeed } from './tasks-stream.js';
+import { openStore, type Store } from './store.js';
 
 export interface StartOptions {
   logger?: Logger;
@@ -46,8 +46,10 @@ export interface BeidouServer {
   adminToken: string;
   adminTokenFile: string | null;
   services: Services;
-  /** The SQLite rollups (batched; `flush()` writes the pending batch now). */
+  /** The rollups, in SQLite or PostgreSQL (batched; `flush()` writes the pending batch now). */
   rollups: RollupStore;
+  /** Which store holds the state, and where (never a password). */
+  store: { kind: Store['kind']; where: string };
   /** The watchdog, whose `tick()` a test can drive with a fake clock. */
   watchdog: Watchdog;
   /** Open MCP sessions (Streamable HTTP and SSE), for observability and tests. */
@@ -65,8 +67,9 @@ export function skillRoots(config: Config): string[] {
 }
 
 /**
- * Starts the server: prepares the home, rebuilds the registry from the logs, rewrites the
- * rollups, and listens. Resolves once it accepts connections.
+ * Starts the server: prepares the home, opens the store (migrating a database's schema),
+ * rebuilds the registry from the logs, rewrites the rollups, and listens. Resolves once it
+ * accepts connections.
  */
 export async function startServer(config: Config, options: StartOptions = {}): Promise<BeidouServer> {
   const logger = options.logger ?? createLogger(config.logLevel);
@@ -94,14 +97,24 @@ async function run(
   const adminToken = config.adminToken ?? readOrCreateSecretFile(paths.adminToken, newAdminToken);
   const secret = config.secret ?? readOrCreateSecretFile(paths.secret, newSigningSecret);
 
-  const log = new JsonlEventLog(paths.events, clock);
-  const registry = new Registry(log);
   const openedAt = performance.now(); // a duration for the log line, not a time of day
-  logReplay(logger, await registry.open());
-  const rollups = new SqliteRollups(paths.statsDb, registry.state, (err) =>
-    logger.error({ err }, 'could not write the rollups (stats.db); `beidou stats rebuild` recreates them'),
-  );
-  rollups.rebuild();
+  const store = await openStore(config, paths, clock);
+  if (store.migrations?.applied.length) {
+    logger.info({ applied: store.migrations.applied, version: store.migrations.version }, `migrated the database schema to version ${store.migrations.version}`);
+  }
+  const log = store.log;
+  const registry = new Registry(log);
+  let rollups: RollupStore;
+  try {
+    logReplay(logger, await registry.open());
+    const where = store.kind === 'postgres' ? `the rollup tables of ${store.where}` : 'stats.db';
+    rollups = store.rollups(registry.state, (err) => logger.error({ err }, `could not write the rollups (${where}); \`beidou stats rebuild\` recreates them`));
+    await rollups.rebuild();
+  } catch (err) {
+    await log.close().catch(() => undefined);
+    await store.close().catch(() => undefined);
+    throw err;
+  }
 
   const skills = new SkillCatalog(skillRoots(config));
   for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
@@ -117,6 +130,7 @@ async function run(
     registry,
     domain,
     skills,
+    plans: store.plans,
     tokens,
     inboxes,
     questions: new QuestionWaiters(registry, domain),
@@ -130,7 +144,7 @@ async function run(
   };
   const watchdog = new Watchdog({ registry, domain, config, clock, activity, logger });
   logger.info(
-    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Math.round(performance.now() - openedAt) },
+    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Math.round(performance.now() - openedAt), store: store.kind, where: store.where },
     'registry rebuilt from the event logs',
   );
 
@@ -168,9 +182,10 @@ async function run(
       });
     });
   } catch (err) {
-    // Could not listen (port taken, bad host): release the log and the database.
+    // Could not listen (port taken, bad host): release the log and the databases.
     await log.close();
-    rollups.close();
+    await rollups.close();
+    await store.close();
     throw err;
   }
   const address = httpServer.address() as AddressInfo;
@@ -197,9 +212,16 @@ async function run(
       await mcp.closeAll();
       httpServer.closeAllConnections();
       await closed;
-      await log.close();
-      rollups.close();
-      homeLock.release();
+      try {
+        await log.close();
+      } finally {
+        try {
+          await rollups.close();
+        } finally {
+          await store.close();
+          homeLock.release();
+        }
+      }
       logger.info('stopped');
       await new Promise<void>((resolve) => logger.flush(() => resolve()));
     })());
@@ -212,6 +234,7 @@ async function run(
     adminTokenFile: config.adminToken ? null : paths.adminToken,
     services,
     rollups,
+    store: { kind: store.kind, where: store.where },
     watchdog,
     mcpSessions: () => mcp.size,
     adminStreams: () => adminStreams.size,

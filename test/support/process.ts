@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import { storeEnv } from './store.js';
 
 export const CLI = path.resolve(import.meta.dirname, '../../dist/cli/main.js');
 
@@ -15,10 +16,11 @@ export interface ServerProcess {
 /**
  * `beidou serve` as a child process; resolves once it printed its listening line. `port`
  * (default 0: a free one) lets a restarted server come back where its spawners look for it.
+ * Its store is the test run's (test/support/store.ts).
  */
-export function spawnServer(home: string, env: Record<string, string> = {}, port = 0): Promise<ServerProcess> {
+export async function spawnServer(home: string, env: Record<string, string> = {}, port = 0): Promise<ServerProcess> {
   const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--home', home], {
-    env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn', ...env },
+    env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn', ...(await storeEnv(home)), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));

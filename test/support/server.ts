@@ -9,6 +9,7 @@ import { loadConfig } from '../../src/config.js';
 import { startServer, type BeidouServer } from '../../src/server/server.js';
 import type { Clock } from '../../src/util/clock.js';
 import type { Logger } from '../../src/util/logger.js';
+import { storeEnv } from './store.js';
 
 /**
  * Test support: the real server on a free loopback port with a temp home, and real MCP SDK
@@ -28,11 +29,15 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/** `port`: a restart on the same home and port (0, the default: a free one). */
-/** `webRoot`: where the built dashboard is looked for (the package's dist/web/ by default). */
+/**
+ * `port`: a restart on the same home and port (0, the default: a free one). The store is
+ * the test run's (`BEIDOU_TEST_STORE`, test/support/store.ts): with postgres, the home's
+ * own database, unless `env` names one. `webRoot`: where the built dashboard is looked for
+ * (the package's dist/web/ by default).
+ */
 export async function startTestServer(opts: { home?: string; port?: number; env?: Record<string, string>; clock?: Clock; logger?: Logger; webRoot?: string } = {}): Promise<TestServer> {
   const home = opts.home ?? tempHome();
-  const config = loadConfig({ port: String(opts.port ?? 0), home }, { ...opts.env });
+  const config = loadConfig({ port: String(opts.port ?? 0), home }, { ...(await storeEnv(home)), ...opts.env });
   const server = await startServer(config, {
     logger: opts.logger ?? pino({ level: 'silent' }),
     ...(opts.clock ? { clock: opts.clock } : {}),

@@ -1,0 +1,352 @@
+import type pg from 'pg';
+import type { Clock } from '../util/clock.js';
+import type { EventDraft, StoredEvent } from './catalogue.js';
+import { EventLogFailedError, TaskQuarantinedError, UnstorableEventError, type AppendResult, type EventListener, type EventLog, type ReplayReport } from './log.js';
+import { eventLine } from './log-file.js';
+import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './pg-connect.js';
+import { LOCK_NAMESPACE, WRITER_LOCK } from './pg-schema.js';
+
+interface TaskLog {
+  taskId: string;
+  /** The JSON of each durable event: lines[seq - 1]. Served by `read` (which stays synchronous). */
+  lines: string[];
+  /** Assigned but not yet handed to a commit, in seq order. */
+  pending: Array<{ event: StoredEvent; line: string }>;
+  /** The last seq assigned (durable, in a commit in flight, or pending). */
+  assigned: number;
+  /** Failed verification at start: read-only, its trusted prefix still readable. */
+  quarantined: boolean;
+}
+
+interface Waiter {
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+/** Rows read per query at start. */
+const REPLAY_PAGE = 5_000;
+
+/**
+ * The event log in PostgreSQL: every event a row of `events`, keyed by `(task_id, seq)`.
+ * Like the JSONL log it numbers events synchronously and commits them by group commit:
+ * every append made while a commit is in flight joins the next one, and one commit is one
+ * statement (one round trip, one transaction) for every task it touches, so fifty
+ * concurrent senders share one commit. A reply waits on `durable`, so what the server
+ * acknowledged is committed.
+ *
+ * One writer per database: `open` takes an advisory lock (a second server is refused) and
+ * bumps the writer epoch in `log_writer`; every commit holds that row and inserts only if
+ * the epoch is still its own, and the primary key refuses a seq already taken. If the
+ * connection drops while idle, the next commit reconnects, and the epoch tells whether
+ * another server has opened the database meanwhile. A commit that fails (connection lost,
+ * key or epoch refused) fails the log as a failed write fails the JSONL one: memory is
+ * ahead of the store, so nothing more is acknowledged until a restart replays what is stored.
+ *
+ * Durable events of every task are kept in memory (their JSON lines), so `read` and
+ * `durableSeq` stay synchronous as the interface asks.
+ */
+export class PgEventLog implements EventLog {
+  private readonly tasks = new Map<string, TaskLog>();
+  private readonly listeners = new Map<string, Set<EventListener>>();
+  private waiters: Waiter[] = [];
+  private dirty = new Set<TaskLog>();
+  private committing: Promise<void> | null = null;
+  private scheduled = false;
+  private failure: Error | null = null;
+  private client: pg.Client | null = null;
+  private epoch = 0;
+  private closed = false;
+
+  constructor(
+    private readonly url: string,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Opens the connection that writes and takes the writer lock, or refuses naming the holder. */
+  private async connectWriter(): Promise<pg.Client> {
+    const client = await connectClient(this.url, LOG_APPLICATION, () => {
+      // An idle connection that drops is replaced at the next commit; a commit in flight
+      // sees its own query fail.
+      if (this.client === client) this.client = null;
+    });
+    client.on('end', () => {
+      if (this.client === client) this.client = null;
+    });
+    const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', [LOCK_NAMESPACE, WRITER_LOCK]);
+    if (!rows[0]!.locked) {
+      const holder = await lockHolder(client);
+      await client.end().catch(() => undefined);
+      throw new DatabaseInUseError(describeDatabaseUrl(this.url), holder);
+    }
+    return client;
+  }
+
+  async open(onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
+    const client = await this.connectWriter();
+    this.client = client;
+    try {
+      const { rows } = await client.query<{ epoch: string }>('UPDATE log_writer SET epoch = epoch + 1, opened_at = now() RETURNING epoch');
+      this.epoch = Number(rows[0]!.epoch);
+      return await this.replay(client, onEvent);
+    } catch (err) {
+      this.client = null;
+      await client.end().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
+    const report: ReplayReport = { cut: [], quarantined: [] };
+    let after: [string, number] = ['', 0];
+    for (;;) {
+      const { rows } = await client.query<{ task_id: string; seq: number; body: string }>(
+        'SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3',
+        [after[0], after[1], REPLAY_PAGE],
+      );
+      for (const row of rows) {
+        const task = this.taskLog(row.task_id);
+        if (task.quarantined) continue;
+        const problem = this.replayRow(task, row, onEvent);
+        if (problem) {
+          task.quarantined = true;
+          report.quarantined.push({ taskId: task.taskId, file: `events table, task ${task.taskId}`, line: row.seq, reason: problem });
+        }
+      }
+      if (rows.length < REPLAY_PAGE) return report;
+      const last = rows[rows.length - 1]!;
+      after = [last.task_id, last.seq];
+    }
+  }
+
+  /** Verifies one stored row as the JSONL replay verifies a line, applies it, and keeps it; or says why not. */
+  private replayRow(task: TaskLog, row: { task_id: string; seq: number; body: string }, onEvent: (event: StoredEvent) => void): string | null {
+    const expected = task.lines.length + 1;
+    if (row.seq !== expected) return `seq ${row.seq}, expected ${expected}`;
+    let event: StoredEvent;
+    try {
+      event = JSON.parse(row.body) as StoredEvent;
+    } catch {
+      return 'not valid JSON';
+    }
+    if (typeof event !== 'object' || event === null || Array.isArray(event) || typeof event.event !== 'string') return 'not an event object';
+    if (event.seq !== row.seq) return `its body says seq ${String(event.seq)}`;
+    if (event.task_id !== task.taskId) return `names task ${String(event.task_id)} in a row of task ${task.taskId}`;
+    try {
+      onEvent(event);
+    } catch (err) {
+      return `cannot be applied: ${(err as Error).message}`;
+    }
+    task.lines.push(row.body);
+    task.assigned = row.seq;
+    return null;
+  }
+
+  private taskLog(taskId: string): TaskLog {
+    let task = this.tasks.get(taskId);
+    if (!task) this.tasks.set(taskId, (task = { taskId, lines: [], pending: [], assigned: 0, quarantined: false }));
+    return task;
+  }
+
+  append(drafts: readonly EventDraft[]): AppendResult {
+    if (this.failure) throw new EventLogFailedError(this.failure);
+    // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
+    const heads: string[] = new Array(drafts.length);
+    const bodies: string[] = new Array(drafts.length);
+    const fields: Array<Record<string, unknown>> = new Array(drafts.length);
+    for (let i = 0; i < drafts.length; i++) {
+      const { event: name, task_id, ...rest } = drafts[i]!;
+      if (this.tasks.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
+      try {
+        bodies[i] = JSON.stringify(rest);
+        heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
+      } catch (err) {
+        throw new UnstorableEventError(i, err);
+      }
+      fields[i] = rest;
+    }
+    const ts = this.clock.now();
+    const events: StoredEvent[] = [];
+    for (let i = 0; i < drafts.length; i++) {
+      const draft = drafts[i]!;
+      const task = this.taskLog(draft.task_id);
+      const seq = ++task.assigned;
+      const event = { seq, ts, event: draft.event, task_id: draft.task_id, ...fields[i] } as StoredEvent;
+      // The same JSON as a JSONL line, without commit markers: a commit here is one transaction.
+      const line = eventLine(seq, ts, heads[i]!, bodies[i]!, seq, 1).slice(0, -1);
+      task.pending.push({ event, line });
+      this.dirty.add(task);
+      events.push(event);
+    }
+    const durable = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    this.schedule();
+    return { events, durable };
+  }
+
+  private schedule(): void {
+    if (this.failure) return this.rejectQueued();
+    if (this.scheduled || this.committing) return;
+    this.scheduled = true;
+    // setImmediate lets every append made in this turn of the event loop join the commit.
+    setImmediate(() => {
+      this.scheduled = false;
+      this.committing = this.commit().finally(() => {
+        this.committing = null;
+        if (this.waiters.length > 0) this.schedule();
+      });
+    });
+  }
+
+  private async commit(): Promise<void> {
+    const batch = [...this.dirty];
+    const waiters = this.waiters;
+    this.dirty = new Set();
+    this.waiters = [];
+    const taken = batch.map((task) => {
+      const rows = task.pending;
+      task.pending = [];
+      return { task, rows };
+    });
+    const taskIds: string[] = [];
+    const seqs: number[] = [];
+    const tss: number[] = [];
+    const names: string[] = [];
+    const lines: string[] = [];
+    const newTasks: string[] = [];
+    const newTaskTs: number[] = [];
+    for (const { rows } of taken) {
+      for (const { event, line } of rows) {
+        taskIds.push(event.task_id);
+        seqs.push(event.seq);
+        tss.push(event.ts);
+        names.push(event.event);
+        lines.push(line);
+        if (event.seq === 1) {
+          newTasks.push(event.task_id);
+          newTaskTs.push(event.ts);
+        }
+      }
+    }
+    try {
+      if (lines.length > 0) {
+        const client = (this.client ??= await this.connectWriter());
+        // One statement: one round trip and one transaction. The fence row is held (FOR
+        // SHARE) so that a start bumping the epoch waits for this commit, and sees it in
+        // its replay; a commit after such a start inserts nothing.
+        const { rows } = await client.query<{ stored: number }>(
+          `WITH fence AS (
+             SELECT epoch FROM log_writer WHERE epoch = $1 FOR SHARE
+           ), new_tasks AS (
+             INSERT INTO log_tasks (task_id, created_ts)
+             SELECT * FROM unnest($2::text[], $3::float8[]) WHERE EXISTS (SELECT 1 FROM fence)
+           ), stored AS (
+             INSERT INTO events (task_id, seq, ts, event, body)
+             SELECT t, s, ts, e, b::json FROM unnest($4::text[], $5::int[], $6::float8[], $7::text[], $8::text[]) AS r(t, s, ts, e, b)
+             WHERE EXISTS (SELECT 1 FROM fence)
+             RETURNING 1
+           )
+           SELECT count(*)::int AS stored FROM stored`,
+          [this.epoch, newTasks, newTaskTs, taskIds, seqs, tss, names, lines],
+        );
+        if (rows[0]!.stored !== lines.length) throw new WriterFencedError(this.epoch);
+      }
+    } catch (err) {
+      // Memory is ahead of the store, and whether a commit cut short was stored is not
+      // known: nothing of this batch is acknowledged, and nothing more will be.
+      this.failure = describeCommitFailure(err);
+      const error = new EventLogFailedError(this.failure);
+      for (const w of waiters) w.reject(error);
+      this.rejectQueued();
+      return;
+    }
+    for (const { task, rows } of taken) for (const { line } of rows) task.lines.push(line);
+    for (const w of waiters) w.resolve();
+    for (const { task, rows } of taken) {
+      const set = this.listeners.get(task.taskId);
+      if (!set || rows.length === 0) continue;
+      const events = rows.map((r) => r.event);
+      for (const listener of set) listener(events);
+    }
+  }
+
+  private rejectQueued(): void {
+    const error = new EventLogFailedError(this.failure);
+    for (const w of this.waiters.splice(0)) w.reject(error);
+    for (const task of this.dirty) task.pending = [];
+    this.dirty.clear();
+  }
+
+  read(taskId: string, since: number, limit: number): StoredEvent[] {
+    const task = this.tasks.get(taskId);
+    if (!task || limit <= 0) return [];
+    const from = Math.max(0, since);
+    const upTo = Math.min(task.lines.length, from + limit);
+    const out: StoredEvent[] = [];
+    for (let i = from; i < upTo; i++) out.push(JSON.parse(task.lines[i]!) as StoredEvent);
+    return out;
+  }
+
+  durableSeq(taskId: string): number {
+    return this.tasks.get(taskId)?.lines.length ?? 0;
+  }
+
+  subscribe(taskId: string, listener: EventListener): () => void {
+    let set = this.listeners.get(taskId);
+    if (!set) this.listeners.set(taskId, (set = new Set()));
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  async flush(): Promise<void> {
+    if (this.failure) throw new EventLogFailedError(this.failure);
+    if (this.waiters.length === 0 && !this.committing) return;
+    const { durable } = this.append([]);
+    await durable;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      await this.flush();
+    } finally {
+      // Ending the session releases the writer lock.
+      const client = this.client;
+      this.client = null;
+      await client?.end().catch(() => undefined);
+    }
+  }
+}
+
+/** Another server opened the database after this one: its commits are refused. */
+export class WriterFencedError extends Error {
+  constructor(readonly epoch: number) {
+    super(`another beidou server opened the database after this one (writer epoch ${epoch} is no longer current); this server's commit was refused`);
+  }
+}
+
+/** A commit's failure in words an operator can act on; the driver's message stays in it. */
+function describeCommitFailure(err: unknown): Error {
+  if (err instanceof WriterFencedError || err instanceof DatabaseInUseError) return err;
+  const e = err as { code?: string; detail?: string; message?: string };
+  if (e.code === '23505') {
+    return new Error(`another writer already stored an event this server numbered (${e.detail ?? e.message}): the (task_id, seq) key refused the commit`);
+  }
+  return new Error(`a commit to PostgreSQL failed (${e.message ?? String(err)}); whether it was stored is unknown, and nothing of it was acknowledged`);
+}
+
+/** Who holds the writer lock, for the refusal: its address and since when. */
+async function lockHolder(client: pg.Client): Promise<string | null> {
+  try {
+    const { rows } = await client.query<{ pid: number; addr: string | null; since: Date }>(
+      `SELECT a.pid, host(a.client_addr) AS addr, a.backend_start AS since
+         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.classid = $1 AND l.objid = $2 AND l.granted`,
+      [LOCK_NAMESPACE, WRITER_LOCK],
+    );
+    const r = rows[0];
+    if (!r) return null;
+    return `its connection: backend pid ${r.pid}${r.addr ? ` from ${r.addr}` : ' over the local socket'}, since ${r.since.toISOString()}`;
+  } catch {
+    return null;
+  }
+}

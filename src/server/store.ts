@@ -1,0 +1,75 @@
+import pg from 'pg';
+import type { Config, homePaths } from '../config.js';
+import { JsonlEventLog } from '../events/jsonl-log.js';
+import type { EventLog } from '../events/log.js';
+import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from '../events/pg-connect.js';
+import { PgEventLog } from '../events/pg-log.js';
+import { migrate, type MigrationReport } from '../events/pg-schema.js';
+import { FilePlanStore, type PlanStore } from '../registry/plan-store.js';
+import { PgPlanStore } from '../registry/pg-plans.js';
+import { PgRollups } from '../registry/pg-rollups.js';
+import { SqliteRollups, type RollupStore } from '../registry/rollups.js';
+import type { RegistryState } from '../registry/state.js';
+import type { Clock } from '../util/clock.js';
+
+/**
+ * Where the server keeps its state: the embedded store (JSONL files, SQLite rollups and
+ * plan files in the home), or PostgreSQL when a database URL is set (events, rollups and
+ * plans in one database; the home keeps the admin token, the secret and the rest). The
+ * rest of the server sees only the interfaces.
+ */
+export interface Store {
+  kind: 'embedded' | 'postgres';
+  /** Where, in words a log line may show (never a password). */
+  where: string;
+  log: EventLog;
+  plans: PlanStore;
+  /** The rollups over a registry's state, once it is replayed. */
+  rollups(state: RegistryState, onError?: (err: unknown) => void): RollupStore;
+  /** What the schema migrations did at open (PostgreSQL only). */
+  migrations: MigrationReport | null;
+  /** Closes what the store opened besides the log and the rollups (which are closed first). */
+  close(): Promise<void>;
+}
+
+export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: ReturnType<typeof homePaths>, clock: Clock): Promise<Store> {
+  const url = config.databaseUrl;
+  if (!url) {
+    return {
+      kind: 'embedded',
+      where: paths.events,
+      log: new JsonlEventLog(paths.events, clock),
+      plans: new FilePlanStore(paths.plans),
+      rollups: (state, onError) => new SqliteRollups(paths.statsDb, state, onError),
+      migrations: null,
+      close: async () => undefined,
+    };
+  }
+  // Rollups and plans share a small pool; the log has a connection of its own.
+  const pool = new pg.Pool({ ...clientConfig(url, SIDE_APPLICATION), max: 2 });
+  // An idle connection that drops is replaced by the pool; unhandled, its error would end the process.
+  pool.on('error', () => undefined);
+  let migrations: MigrationReport;
+  try {
+    const client = await pool.connect().catch((err: unknown) => {
+      throw new DatabaseUnreachableError(url, err);
+    });
+    try {
+      migrations = await migrate(client);
+    } finally {
+      client.release();
+    }
+  } catch (err) {
+    await pool.end().catch(() => undefined);
+    throw err;
+  }
+  return {
+    kind: 'postgres',
+    where: describeDatabaseUrl(url),
+    log: new PgEventLog(url, clock),
+    plans: new PgPlanStore(pool, clock),
+    rollups: (state, onError) => new PgRollups(pool, state, onError),
+    migrations,
+    close: () => pool.end(),
+  };
+}
