@@ -14,6 +14,8 @@ const EMBEDDED_ONLY: Record<string, string> = {
   'test/log-integrity.test.ts': 'corrupts events/*.jsonl to check verification, cuts and quarantine',
   'test/home-lock.test.ts': 'beidou doctor and its --repair of events/*.jsonl (with the home lock they respect)',
   'test/cli-quarantine.test.ts': 'writes a seq twice into events/*.jsonl',
+  'test/dashboard-e2e.test.ts': "writes a seq twice into events/*.jsonl for the page's quarantine banner (the page reads the API that the matrix covers)",
+  'test/docs-cli.test.ts': "docs/cli.md's examples run against a home: stats rebuild of its events/*.jsonl into stats.db",
 };
 
 /**

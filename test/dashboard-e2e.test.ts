@@ -10,6 +10,8 @@ import { CLI, spawnSpawner, type SpawnerProcess } from './support/process.js';
 import { until } from './support/poll.js';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
 
+// Embedded store only (vitest.config.ts): the quarantine case writes a seq twice into events/*.jsonl.
+
 /**
  * Issue #12's dashboard, end to end: the real server, a real `beidou spawner` running the
  * scripted team of test/fixtures/dashboard-team.json through the command adapter, and

@@ -9,6 +9,8 @@ import { until } from './support/poll.js';
 import { handSpawner } from './support/spawner-stream.js';
 import { agentToken, connectAgent, createTask, startTestServer, type TestAgent, type TestServer } from './support/server.js';
 
+// Embedded store only (vitest.config.ts): the page's examples rebuild stats.db from a home's events/*.jsonl.
+
 /**
  * docs/cli.md's examples, run. Every example block marked `<!-- checked -->` runs in order,
  * as a person pastes it into bash (`beidou` on PATH, HOME a scratch folder whose
