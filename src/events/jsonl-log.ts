@@ -11,11 +11,23 @@ import {
   statSync,
   write,
 } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Clock } from '../util/clock.js';
 import type { EventDraft, StoredEvent } from './catalogue.js';
-import { EventLogFailedError, TaskQuarantinedError, UnstorableEventError, type AppendResult, type EventListener, type EventLog, type ReplayReport } from './log.js';
+import {
+  EventLogFailedError,
+  TaskArchivedError,
+  TaskQuarantinedError,
+  UnstorableEventError,
+  type AppendResult,
+  type ArchiveMark,
+  type EventListener,
+  type EventLog,
+  type OpenOptions,
+  type ReplayReport,
+} from './log.js';
 import { eventLine, scanLog } from './log-file.js';
 
 interface TaskFile {
@@ -63,6 +75,8 @@ const TASK_FILE = /^(.+)\.jsonl$/;
 export class JsonlEventLog implements EventLog {
   private readonly files = new Map<string, TaskFile>();
   private readonly listeners = new Map<string, Set<EventListener>>();
+  /** Ended tasks left on disk only (unloaded, or skipped at open): no fd, no offsets. */
+  private readonly archived = new Set<string>();
   private waiters: Waiter[] = [];
   private dirty = new Set<TaskFile>();
   private committing: Promise<void> | null = null;
@@ -74,14 +88,22 @@ export class JsonlEventLog implements EventLog {
     private readonly clock: Clock,
   ) {}
 
-  async open(onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
-    const report: ReplayReport = { cut: [], quarantined: [] };
+  async open(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
+    const report: ReplayReport = { cut: [], quarantined: [], archived: [] };
     for (const name of readdirSync(this.dir).sort()) {
       const match = TASK_FILE.exec(name);
       if (!match) continue;
       const taskId = match[1]!;
       const filePath = path.join(this.dir, name);
-      if (!statSync(filePath).isFile()) {
+      const stat = statSync(filePath);
+      const mark = options.archived?.get(taskId);
+      // The file is the truth: the mark is trusted only if the file still ends where it said.
+      if (mark && stat.isFile() && stat.size === mark.bytes && lastSeqOf(filePath, stat.size) === mark.lastSeq) {
+        this.archived.add(taskId);
+        report.archived.push(taskId);
+        continue;
+      }
+      if (!stat.isFile()) {
         // A folder (or a device) by a task file's name: that task cannot load, the rest can.
         this.files.set(taskId, { ...emptyFile(taskId, -1, 0), quarantined: true });
         report.quarantined.push({ taskId, file: filePath, line: 0, reason: 'not a regular file' });
@@ -134,6 +156,7 @@ export class JsonlEventLog implements EventLog {
     for (let i = 0; i < drafts.length; i++) {
       const { event: name, task_id, ...rest } = drafts[i]!;
       if (this.files.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
+      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
       try {
         // The fields once, without the envelope; the envelope is spliced in front below.
         bodies[i] = JSON.stringify(rest);
@@ -270,6 +293,41 @@ export class JsonlEventLog implements EventLog {
     return out;
   }
 
+  unload(taskId: string): ArchiveMark | null {
+    const file = this.files.get(taskId);
+    if (!file || file.quarantined) return null;
+    // Lines queued or in a commit in flight: not yet all on disk, so not yet a closed history.
+    if (file.pendingLines.length > 0 || file.durableSeq !== file.offsets.length) return null;
+    if (file.fd >= 0) closeSync(file.fd);
+    this.files.delete(taskId);
+    this.archived.add(taskId);
+    return { lastSeq: file.durableSeq, bytes: file.durableEnd };
+  }
+
+  isArchived(taskId: string): boolean {
+    return this.archived.has(taskId);
+  }
+
+  async readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]> {
+    if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
+    const data = await readFile(path.join(this.dir, `${taskId}.jsonl`));
+    const out: StoredEvent[] = [];
+    let s = 0;
+    while (s < data.length && out.length < limit) {
+      const nl = data.indexOf(0x0a, s);
+      if (nl === -1) break;
+      const event = JSON.parse(data.toString('utf8', s, nl)) as StoredEvent & { commit?: number; of?: number };
+      s = nl + 1;
+      if (event.seq <= since) continue;
+      if (event.of !== undefined) {
+        delete event.commit;
+        delete event.of;
+      }
+      out.push(event);
+    }
+    return out;
+  }
+
   durableSeq(taskId: string): number {
     return this.files.get(taskId)?.durableSeq ?? 0;
   }
@@ -295,6 +353,38 @@ export class JsonlEventLog implements EventLog {
       for (const file of this.files.values()) if (file.fd >= 0) closeSync(file.fd);
       this.files.clear();
     }
+  }
+}
+
+/**
+ * The seq of a file's last line, reading only its tail: every line starts `{"seq":N,`, so
+ * the start of the last line is enough. -1 when the file does not end in a whole line.
+ */
+function lastSeqOf(filePath: string, size: number): number {
+  if (size === 0) return 0;
+  const fd = openSync(filePath, 'r');
+  try {
+    const last = Buffer.alloc(1);
+    readSync(fd, last, 0, 1, size - 1);
+    if (last[0] !== 0x0a) return -1;
+    // Back from the final newline, a chunk at a time, until the newline before the last line.
+    let end = size - 1;
+    const chunk = Buffer.allocUnsafe(64 * 1024);
+    for (;;) {
+      const start = Math.max(0, end - chunk.length);
+      const n = readSync(fd, chunk, 0, end - start, start);
+      const nl = n > 0 ? chunk.lastIndexOf(0x0a, n - 1) : -1;
+      if (nl !== -1 || start === 0) {
+        const lineStart = nl === -1 ? 0 : start + nl + 1;
+        const head = Buffer.alloc(32);
+        const got = readSync(fd, head, 0, head.length, lineStart);
+        const match = /^\{"seq":(\d+),/.exec(head.toString('latin1', 0, got));
+        return match ? Number(match[1]) : -1;
+      }
+      end = start;
+    }
+  } finally {
+    closeSync(fd);
   }
 }
 
