@@ -36,7 +36,7 @@ export interface StartFigure {
 }
 
 /** The events of one real, ended task of `perTask` events: its task id, root id and stored lines. */
-async function templateTask(perTask: number): Promise<{ taskId: string; rootId: string; lines: string[] }> {
+export async function templateTask(perTask: number): Promise<{ taskId: string; rootId: string; lines: string[] }> {
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-tpl-'));
   try {
     const server = await startServer(loadConfig({ port: '0', home }, {}), { logger: pino({ level: 'silent' }) });
@@ -84,7 +84,7 @@ function copyOf(tpl: { taskId: string; rootId: string; lines: string[] }, n: num
   return tpl.lines.map((l) => l.split(tpl.taskId).join(taskId).split(tpl.rootId).join(rootId));
 }
 
-function writeEmbeddedHome(home: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number): void {
+export function writeEmbeddedHome(home: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number): void {
   const dir = path.join(home, 'events');
   mkdirSync(dir, { recursive: true });
   for (let n = 0; n < tasks; n++) writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');

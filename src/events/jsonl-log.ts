@@ -364,29 +364,36 @@ function lastSeqOf(filePath: string, size: number): number {
   if (size === 0) return 0;
   const fd = openSync(filePath, 'r');
   try {
-    const last = Buffer.alloc(1);
-    readSync(fd, last, 0, 1, size - 1);
-    if (last[0] !== 0x0a) return -1;
-    // Back from the final newline, a chunk at a time, until the newline before the last line.
-    let end = size - 1;
-    const chunk = Buffer.allocUnsafe(64 * 1024);
+    // One read of the tail finds the last line's start unless that line is longer than it.
+    let end = size;
     for (;;) {
-      const start = Math.max(0, end - chunk.length);
-      const n = readSync(fd, chunk, 0, end - start, start);
-      const nl = n > 0 ? chunk.lastIndexOf(0x0a, n - 1) : -1;
-      if (nl !== -1 || start === 0) {
-        const lineStart = nl === -1 ? 0 : start + nl + 1;
-        const head = Buffer.alloc(32);
-        const got = readSync(fd, head, 0, head.length, lineStart);
-        const match = /^\{"seq":(\d+),/.exec(head.toString('latin1', 0, got));
-        return match ? Number(match[1]) : -1;
+      const start = Math.max(0, end - TAIL.length);
+      const n = readSync(fd, TAIL, 0, end - start, start);
+      if (end === size && TAIL[n - 1] !== 0x0a) return -1;
+      // Past the final newline, back to the newline before the last line (or the file's start).
+      const from = end === size ? n - 2 : n - 1;
+      const nl = from >= 0 ? TAIL.lastIndexOf(0x0a, from) : -1;
+      if (nl === -1 && start > 0) {
+        end = start;
+        continue;
       }
-      end = start;
+      const lineStart = start + nl + 1;
+      let head: string;
+      if (lineStart + 24 <= start + n) head = TAIL.toString('latin1', nl + 1, nl + 1 + 24);
+      else {
+        const buf = Buffer.alloc(24);
+        head = buf.toString('latin1', 0, readSync(fd, buf, 0, buf.length, lineStart));
+      }
+      const match = /^\{"seq":(\d+),/.exec(head);
+      return match ? Number(match[1]) : -1;
     }
   } finally {
     closeSync(fd);
   }
 }
+
+/** The tail read of `lastSeqOf`, shared: the start checks one file at a time. */
+const TAIL = Buffer.allocUnsafe(8 * 1024);
 
 // The fd was opened with O_APPEND, so the kernel appends whatever position is given.
 const writeAt = (fd: number, buf: Buffer, off: number) =>
