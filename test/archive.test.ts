@@ -87,7 +87,8 @@ async function damageMiddle(home: string, taskId: string): Promise<void> {
 
 /** One more event at the end of a task's stored history, behind the server's back. */
 async function growHistory(home: string, taskId: string, seq: number, ts: number): Promise<void> {
-  const line = JSON.stringify({ seq, ts, event: 'liveness_check', task_id: taskId });
+  // Longer than the tail a start reads of a file: its last line's seq is found all the same.
+  const line = JSON.stringify({ seq, ts, event: 'liveness_check', task_id: taskId, note: 'x'.repeat(20_000) });
   if (STORE === 'embedded') return appendFileSync(path.join(home, 'events', `${taskId}.jsonl`), `${line}\n`);
   await withDatabase(home, (c) => c.query('INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, $3, $4, $5)', [taskId, seq, ts, 'liveness_check', line]));
 }
