@@ -8,7 +8,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import pg from 'pg';
 import { pino } from 'pino';
 import { loadConfig } from '../config.js';
-import { migrate } from '../events/pg-schema.js';
+import { migrate, MIGRATIONS } from '../events/pg-schema.js';
 import { startServer } from '../server/server.js';
 import { createDatabase, startPostgres, type TestPostgres } from '../testkit/postgres.js';
 
@@ -90,11 +90,12 @@ export function writeEmbeddedHome(home: string, tpl: { taskId: string; rootId: s
   for (let n = 0; n < tasks; n++) writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');
 }
 
-async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number): Promise<void> {
+async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number, schema: number): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    await migrate(client);
+    // The schema of the beidou that starts first (an older one refuses a newer schema).
+    await migrate(client, MIGRATIONS.filter((m) => m.version <= schema));
     const ROWS = 20_000;
     let rows: { t: string[]; s: number[]; ts: number[]; e: string[]; b: string[] } = { t: [], s: [], ts: [], e: [], b: [] };
     const insert = async () => {
@@ -132,10 +133,10 @@ async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; 
 }
 
 /** One `beidou serve` start: seconds to "listening", RSS then (and its peak), what it replayed; waits for `archivedTasks` to be archived if given. */
-async function measureStart(home: string, env: Record<string, string>, archivedTasks?: number, before?: () => Promise<void>): Promise<StartFigure> {
+async function measureStart(home: string, env: Record<string, string>, archivedTasks?: number, before?: () => Promise<void>, main = MAIN): Promise<StartFigure> {
   await before?.();
   const t0 = performance.now();
-  const child = spawn(process.execPath, [MAIN, 'serve', '--home', home, '--port', '0'], {
+  const child = spawn(process.execPath, [main, 'serve', '--home', home, '--port', '0'], {
     env: { ...process.env, BEIDOU_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -153,8 +154,9 @@ async function measureStart(home: string, env: Record<string, string>, archivedT
       const rebuilt = /\{[^\n]*registry rebuilt from the event logs[^\n]*\}/.exec(out);
       if (!at || !rebuilt) return;
       if (archivedTasks !== undefined && !new RegExp(`archived ${archivedTasks} ended tasks`).test(out)) return;
-      const line = JSON.parse(rebuilt[0]) as { events: number; archived: number; ms: number };
-      resolve({ ...at, replayed: line.events, archived: line.archived, openMs: line.ms });
+      // A beidou from before the index logs no events count: every event was replayed.
+      const line = JSON.parse(rebuilt[0]) as { events?: number; archived?: number; ms: number };
+      resolve({ ...at, replayed: line.events ?? NaN, archived: line.archived ?? 0, openMs: line.ms });
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', onData);
@@ -175,12 +177,14 @@ export interface HistoryFigures {
   generateSeconds: number;
   withoutIndex: StartFigure;
   withIndex: StartFigure[];
+  /** The same home started by a beidou from before the index (`BENCH_HISTORY_BEFORE`: its dist/cli/main.js), if given. */
+  before: StartFigure | null;
   /** An empty home on the same store: the start's floor (loading the code, opening the store, listening). */
   empty: StartFigure;
 }
 
 /** Section 7 for one store. */
-export async function historyStart(store: 'embedded' | 'postgres', tasks: number, perTask: number, runs: number): Promise<HistoryFigures> {
+export async function historyStart(store: 'embedded' | 'postgres', tasks: number, perTask: number, runs: number, beforeMain?: string): Promise<HistoryFigures> {
   const tpl = await templateTask(perTask);
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-history-'));
   let postgres: TestPostgres | null = null;
@@ -192,7 +196,7 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
       postgres = await startPostgres();
       await createDatabase(postgres.url('postgres'), 'beidou_bench');
       env.BEIDOU_DATABASE_URL = postgres.url('beidou_bench');
-      await fillDatabase(env.BEIDOU_DATABASE_URL, tpl, tasks);
+      await fillDatabase(env.BEIDOU_DATABASE_URL, tpl, tasks, beforeMain ? 3 : MIGRATIONS.at(-1)!.version);
     }
     const generateSeconds = (performance.now() - g0) / 1000;
     const emptyHome = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-empty-'));
@@ -204,12 +208,13 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
     } finally {
       rmSync(emptyHome, { recursive: true, force: true });
     }
+    const before = beforeMain ? await measureStart(home, env, undefined, undefined, beforeMain) : null;
     // No index yet: every event is replayed (what every start did before it). Then the
     // archiver (its delay 1 s: the copies ended when the template did) fills the index.
     const withoutIndex = await measureStart(home, env, tasks);
     const withIndex: StartFigure[] = [];
     for (let r = 0; r < runs; r++) withIndex.push(await measureStart(home, env));
-    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, empty };
+    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, before, empty };
   } finally {
     await postgres?.stop().catch(() => undefined);
     rmSync(home, { recursive: true, force: true });
