@@ -123,6 +123,9 @@ describe('history leaves memory', () => {
     const live = await createTask(server, { name: 'still running' });
     const before = await reads(server, taskId, rootId);
     expect(before.detail.task.status).toBe('terminated');
+    const show = () => beidou(['task', 'show', taskId, '--server', server.url, '--home', server.home]);
+    const shownBefore = await show();
+    expect(shownBefore.code).toBe(0);
     const refusedBefore = await server.api('GET', '/tasks', undefined, token);
     expect(refusedBefore.status).toBe(401);
     const { registry } = server.server.services;
@@ -145,6 +148,7 @@ describe('history leaves memory', () => {
     expect(registry.state.tasks.has(live.task_id)).toBe(true);
 
     expect(await reads(server, taskId, rootId)).toEqual(before);
+    expect(await show()).toEqual(shownBefore);
     expect(await streamed(server, taskId, eventCount)).toEqual(before.events.events.map((e: { seq: number }) => e.seq));
     const refused = await server.api('GET', '/tasks', undefined, token);
     expect(refused.status).toBe(401);
