@@ -100,7 +100,8 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
-    version: 4,
+    // 4 is the replicas' lease; versions need not be contiguous (each missing one is applied).
+    version: 5,
     name: 'archive index',
     sql: `
       -- Ended tasks unloaded from memory: what a start needs of them without replaying

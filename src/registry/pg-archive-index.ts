@@ -8,7 +8,7 @@ const UPSERT = `INSERT INTO archived_tasks SELECT * FROM json_populate_recordset
   ON CONFLICT (task_id) DO UPDATE SET (last_seq, bytes, status, created_at, ended_at, archived_at, agents_total, agents_live, record) =
   ROW(EXCLUDED.last_seq, EXCLUDED.bytes, EXCLUDED.status, EXCLUDED.created_at, EXCLUDED.ended_at, EXCLUDED.archived_at, EXCLUDED.agents_total, EXCLUDED.agents_live, EXCLUDED.record)`;
 
-/** The archive index in PostgreSQL: table `archived_tasks` (migration 4), the same rows as in `stats.db`. */
+/** The archive index in PostgreSQL: table `archived_tasks` (migration 5), the same rows as in `stats.db`. */
 export class PgArchiveIndex implements ArchiveIndex {
   constructor(private readonly pool: pg.Pool) {}
 
