@@ -43,6 +43,8 @@ const configSchema = z.object({
   progressS: seconds(15),
   sessionIdleS: seconds(30 * 60),
   tokenTtlS: seconds(30 * 24 * 3600),
+  /** How long an ended task stays in memory before it is unloaded (read from the store when asked for). */
+  archiveAfterS: seconds(600),
   // Limits (hostile input and overload): see docs/security.md.
   bodyTimeoutS: seconds(30),
   maxConnections: count(10_000),
@@ -83,6 +85,7 @@ const SOURCE_NAMES: Record<string, string> = {
   progressS: 'BEIDOU_PROGRESS_S',
   sessionIdleS: 'BEIDOU_SESSION_IDLE_S',
   tokenTtlS: 'BEIDOU_TOKEN_TTL_S',
+  archiveAfterS: 'BEIDOU_ARCHIVE_AFTER_S',
   logLevel: 'BEIDOU_LOG_LEVEL',
   bodyTimeoutS: 'BEIDOU_BODY_TIMEOUT_S',
   maxConnections: 'BEIDOU_MAX_CONNECTIONS',
@@ -140,6 +143,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     progressS: emptyToUndefined(env.BEIDOU_PROGRESS_S),
     sessionIdleS: emptyToUndefined(env.BEIDOU_SESSION_IDLE_S),
     tokenTtlS: emptyToUndefined(env.BEIDOU_TOKEN_TTL_S),
+    archiveAfterS: emptyToUndefined(env.BEIDOU_ARCHIVE_AFTER_S),
     bodyTimeoutS: emptyToUndefined(env.BEIDOU_BODY_TIMEOUT_S),
     maxConnections: emptyToUndefined(env.BEIDOU_MAX_CONNECTIONS),
     maxSessionsPerAgent: emptyToUndefined(env.BEIDOU_MAX_SESSIONS_PER_AGENT),

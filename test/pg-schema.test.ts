@@ -43,7 +43,7 @@ describe('schema migrations', () => {
     const first = await withClient(url, (c) => migrate(c));
     expect(first).toEqual({ applied: MIGRATIONS.map((m) => m.version), version: LATEST });
     expect(await applied(url)).toEqual(MIGRATIONS.map(({ version, name }) => ({ version, name })));
-    expect(await tables(url)).toEqual(['agents', 'events', 'log_tasks', 'log_writer', 'plans', 'questions', 'schema_migrations', 'tasks', 'teams']);
+    expect(await tables(url)).toEqual(['agents', 'archived_tasks', 'events', 'log_tasks', 'log_writer', 'plans', 'questions', 'schema_migrations', 'tasks', 'teams']);
 
     const stamps = await withClient(url, async (c) => (await c.query('SELECT applied_at FROM schema_migrations ORDER BY version')).rows);
     expect(await withClient(url, (c) => migrate(c))).toEqual({ applied: [], version: LATEST });

@@ -11,6 +11,7 @@ import { PRIMITIVES } from '../primitives/index.js';
 import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
 import type { Figures, Job } from './clients.js';
+import { historyStart, type StartFigure } from './history.js';
 import { largestRequests } from './limits.js';
 import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
 
@@ -25,7 +26,13 @@ import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7').split(','));
+/** Section 7: the history a home holds (ended tasks, events per task), the stores, and the starts with the index per store. */
+const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
+const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
+const HISTORY_STORES = (process.env.BENCH_HISTORY_STORES ?? 'embedded,postgres').split(',') as Array<'embedded' | 'postgres'>;
+const HISTORY_RUNS = Number(process.env.BENCH_HISTORY_RUNS ?? 3);
+// BENCH_HISTORY_BEFORE=/path/to/an/older/beidou/dist/cli/main.js starts the same home with it first, for comparison.
 const AGENTS = 50;
 /** Section 6: sends per wake path (after one first wake, reported apart), and which paths. */
 const WAKE_SENDS = Number(process.env.BENCH_WAKE_SENDS ?? 20);
@@ -172,6 +179,21 @@ async function main(): Promise<void> {
       }
       console.log('');
     }
+  }
+
+  if (ONLY.has('7')) {
+    console.log(`7. a home of ${HISTORY_TASKS.toLocaleString('en')} ended tasks (${HISTORY_PER_TASK} events each): start time and RSS, with the archive index and without (bar: under 2 s, under 200 MB)`);
+    const line = (name: string, f: StartFigure) =>
+      `  ${name.padEnd(34)} start ${fmt(f.seconds, 2).padStart(6)} s (store and replay ${fmt(f.openMs / 1000, 2)} s)   RSS ${fmt(f.rssMiB, 0).padStart(5)} MiB (peak ${fmt(f.peakMiB, 0)})   events replayed ${f.replayed}   tasks left archived ${f.archived}`;
+    for (const store of HISTORY_STORES) {
+      const h = await historyStart(store, HISTORY_TASKS, HISTORY_PER_TASK, HISTORY_RUNS, process.env.BENCH_HISTORY_BEFORE);
+      console.log(`  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s`);
+      console.log(line(`${store}, empty home (the floor)`, h.empty));
+      if (h.before) console.log(line(`${store}, beidou before the index`, h.before));
+      console.log(line(`${store}, no index (full replay)`, h.withoutIndex));
+      h.withIndex.forEach((f, i) => console.log(line(`${store}, with the index, run ${i + 1}`, f)));
+    }
+    console.log('');
   }
 
   if (!ONLY.has('4')) return;

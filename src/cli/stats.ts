@@ -3,6 +3,8 @@ import { ConfigError, homePaths, loadConfig, type Config } from '../config.js';
 import { DatabaseInUseError, DatabaseUnreachableError } from '../events/pg-connect.js';
 import { MigrationError, SchemaTooNewError } from '../events/pg-schema.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
+import type { ArchivedTask, ArchiveIndex } from '../registry/archive.js';
+import { SqliteArchiveIndex } from '../registry/archive-index.js';
 import { SqliteRollups } from '../registry/rollups.js';
 import { Registry } from '../registry/registry.js';
 import { openStore } from '../server/store.js';
@@ -25,25 +27,28 @@ export async function statsRebuild(opts: { home?: string; databaseUrl?: string }
     throw err;
   }
   if (config.databaseUrl) return rebuildDatabase(config);
+  const archiveAfterS = config.archiveAfterS;
   const paths = homePaths(config.home);
   if (!existsSync(paths.events)) throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
   const lock = lockOrRefuse(config.home, paths, 'rebuilding the rollups');
   try {
-    await rebuild(paths);
+    await rebuild(paths, archiveAfterS);
   } finally {
     lock.release();
   }
 }
 
-async function rebuild(paths: ReturnType<typeof homePaths>): Promise<void> {
+async function rebuild(paths: ReturnType<typeof homePaths>, archiveAfterS: number): Promise<void> {
   const registry = new Registry(new JsonlEventLog(paths.events, systemClock));
   const { quarantined } = await registry.open();
   for (const suffix of ['', '-wal', '-shm']) rmSync(paths.statsDb + suffix, { force: true });
   const rollups = new SqliteRollups(paths.statsDb, registry.state);
   await rollups.rebuild();
   await rollups.close();
+  const held = counts(registry);
+  const archived = await rebuildIndex(registry, new SqliteArchiveIndex(paths.statsDb), archiveAfterS);
   await registry.log.close();
-  report(paths.statsDb, registry, quarantined);
+  report(paths.statsDb, held, quarantined, archived);
 }
 
 /** The same from the database's events, replacing every rollup row in one transaction. */
@@ -58,6 +63,8 @@ async function rebuildDatabase(config: Config): Promise<void> {
   try {
     const registry = new Registry(store.log);
     let quarantined;
+    let archived = 0;
+    let held: Counts = { tasks: 0, teams: 0, agents: 0, questions: 0 };
     try {
       ({ quarantined } = await registry.open());
     } catch (err) {
@@ -68,17 +75,54 @@ async function rebuildDatabase(config: Config): Promise<void> {
       const rollups = store.rollups(registry.state);
       await rollups.rebuild({ replace: true });
       await rollups.close();
+      held = counts(registry);
+      archived = await rebuildIndex(registry, store.archive(), config.archiveAfterS);
     } finally {
       await registry.log.close();
     }
-    report(`the rollup tables of ${store.where}`, registry, quarantined);
+    report(`the rollup tables of ${store.where}`, held, quarantined, archived);
   } finally {
     await store.close();
   }
 }
 
-function report(where: string, registry: Registry, quarantined: Array<{ taskId: string; file: string; line: number; reason: string }>): void {
-  const { tasks, agents, teams, questions } = registry.state;
-  process.stdout.write(`rebuilt ${where}: ${tasks.size} tasks, ${teams.size} teams, ${agents.size} agents, ${questions.size} questions\n`);
+/**
+ * The archive index from the logs (the whole state is in memory here): every ended task a
+ * server would have archived by now (ended at least `BEIDOU_ARCHIVE_AFTER_S` ago, nothing
+ * live left in it) gets its entry; every other entry goes. The rollups are written first,
+ * from the whole state.
+ */
+async function rebuildIndex(registry: Registry, index: ArchiveIndex, archiveAfterS: number): Promise<number> {
+  const now = systemClock.now();
+  const entries: ArchivedTask[] = [];
+  try {
+    for (const task of [...registry.state.tasks.values()]) {
+      if (task.ended_at === null || task.ended_at + archiveAfterS > now) continue;
+      const entry = registry.unload(task.task_id, now);
+      if (entry) entries.push(entry);
+    }
+    await index.replaceAll(entries);
+  } finally {
+    await index.close();
+  }
+  return entries.length;
+}
+
+function report(where: string, counts: Counts, quarantined: Array<{ taskId: string; file: string; line: number; reason: string }>, archived: number): void {
+  process.stdout.write(`rebuilt ${where}: ${counts.tasks} tasks, ${counts.teams} teams, ${counts.agents} agents, ${counts.questions} questions\n`);
+  if (archived > 0) process.stdout.write(`rebuilt the archive index: ${archived} ended tasks, read from the store when asked for\n`);
   for (const q of quarantined) process.stdout.write(`left out quarantined task ${q.taskId}: ${q.file}:${q.line}: ${q.reason} (see beidou doctor)\n`);
+}
+
+interface Counts {
+  tasks: number;
+  teams: number;
+  agents: number;
+  questions: number;
+}
+
+/** What the replay holds, before the archive index takes the ended tasks out of it. */
+function counts(registry: Registry): Counts {
+  const { tasks, agents, teams, questions } = registry.state;
+  return { tasks: tasks.size, teams: teams.size, agents: agents.size, questions: questions.size };
 }

@@ -11,11 +11,23 @@ import {
   statSync,
   write,
 } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Clock } from '../util/clock.js';
 import type { EventDraft, StoredEvent } from './catalogue.js';
-import { EventLogFailedError, TaskQuarantinedError, UnstorableEventError, type AppendResult, type EventListener, type EventLog, type ReplayReport } from './log.js';
+import {
+  EventLogFailedError,
+  TaskArchivedError,
+  TaskQuarantinedError,
+  UnstorableEventError,
+  type AppendResult,
+  type ArchiveMark,
+  type EventListener,
+  type EventLog,
+  type OpenOptions,
+  type ReplayReport,
+} from './log.js';
 import { eventLine, scanLog } from './log-file.js';
 
 interface TaskFile {
@@ -63,6 +75,8 @@ const TASK_FILE = /^(.+)\.jsonl$/;
 export class JsonlEventLog implements EventLog {
   private readonly files = new Map<string, TaskFile>();
   private readonly listeners = new Map<string, Set<EventListener>>();
+  /** Ended tasks left on disk only (unloaded, or skipped at open): no fd, no offsets. */
+  private readonly archived = new Set<string>();
   private waiters: Waiter[] = [];
   private dirty = new Set<TaskFile>();
   private committing: Promise<void> | null = null;
@@ -74,14 +88,22 @@ export class JsonlEventLog implements EventLog {
     private readonly clock: Clock,
   ) {}
 
-  async open(onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
-    const report: ReplayReport = { cut: [], quarantined: [] };
+  async open(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
+    const report: ReplayReport = { cut: [], quarantined: [], archived: [] };
     for (const name of readdirSync(this.dir).sort()) {
       const match = TASK_FILE.exec(name);
       if (!match) continue;
       const taskId = match[1]!;
       const filePath = path.join(this.dir, name);
-      if (!statSync(filePath).isFile()) {
+      const stat = statSync(filePath);
+      const mark = options.archived?.get(taskId);
+      // The file is the truth: the mark is trusted only if the file still ends where it said.
+      if (mark && stat.isFile() && stat.size === mark.bytes && lastSeqOf(filePath, stat.size) === mark.lastSeq) {
+        this.archived.add(taskId);
+        report.archived.push(taskId);
+        continue;
+      }
+      if (!stat.isFile()) {
         // A folder (or a device) by a task file's name: that task cannot load, the rest can.
         this.files.set(taskId, { ...emptyFile(taskId, -1, 0), quarantined: true });
         report.quarantined.push({ taskId, file: filePath, line: 0, reason: 'not a regular file' });
@@ -134,6 +156,7 @@ export class JsonlEventLog implements EventLog {
     for (let i = 0; i < drafts.length; i++) {
       const { event: name, task_id, ...rest } = drafts[i]!;
       if (this.files.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
+      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
       try {
         // The fields once, without the envelope; the envelope is spliced in front below.
         bodies[i] = JSON.stringify(rest);
@@ -270,6 +293,41 @@ export class JsonlEventLog implements EventLog {
     return out;
   }
 
+  unload(taskId: string): ArchiveMark | null {
+    const file = this.files.get(taskId);
+    if (!file || file.quarantined) return null;
+    // Lines queued or in a commit in flight: not yet all on disk, so not yet a closed history.
+    if (file.pendingLines.length > 0 || file.durableSeq !== file.offsets.length) return null;
+    if (file.fd >= 0) closeSync(file.fd);
+    this.files.delete(taskId);
+    this.archived.add(taskId);
+    return { lastSeq: file.durableSeq, bytes: file.durableEnd };
+  }
+
+  isArchived(taskId: string): boolean {
+    return this.archived.has(taskId);
+  }
+
+  async readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]> {
+    if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
+    const data = await readFile(path.join(this.dir, `${taskId}.jsonl`));
+    const out: StoredEvent[] = [];
+    let s = 0;
+    while (s < data.length && out.length < limit) {
+      const nl = data.indexOf(0x0a, s);
+      if (nl === -1) break;
+      const event = JSON.parse(data.toString('utf8', s, nl)) as StoredEvent & { commit?: number; of?: number };
+      s = nl + 1;
+      if (event.seq <= since) continue;
+      if (event.of !== undefined) {
+        delete event.commit;
+        delete event.of;
+      }
+      out.push(event);
+    }
+    return out;
+  }
+
   durableSeq(taskId: string): number {
     return this.files.get(taskId)?.durableSeq ?? 0;
   }
@@ -297,6 +355,45 @@ export class JsonlEventLog implements EventLog {
     }
   }
 }
+
+/**
+ * The seq of a file's last line, reading only its tail: every line starts `{"seq":N,`, so
+ * the start of the last line is enough. -1 when the file does not end in a whole line.
+ */
+function lastSeqOf(filePath: string, size: number): number {
+  if (size === 0) return 0;
+  const fd = openSync(filePath, 'r');
+  try {
+    // One read of the tail finds the last line's start unless that line is longer than it.
+    let end = size;
+    for (;;) {
+      const start = Math.max(0, end - TAIL.length);
+      const n = readSync(fd, TAIL, 0, end - start, start);
+      if (end === size && TAIL[n - 1] !== 0x0a) return -1;
+      // Past the final newline, back to the newline before the last line (or the file's start).
+      const from = end === size ? n - 2 : n - 1;
+      const nl = from >= 0 ? TAIL.lastIndexOf(0x0a, from) : -1;
+      if (nl === -1 && start > 0) {
+        end = start;
+        continue;
+      }
+      const lineStart = start + nl + 1;
+      let head: string;
+      if (lineStart + 24 <= start + n) head = TAIL.toString('latin1', nl + 1, nl + 1 + 24);
+      else {
+        const buf = Buffer.alloc(24);
+        head = buf.toString('latin1', 0, readSync(fd, buf, 0, buf.length, lineStart));
+      }
+      const match = /^\{"seq":(\d+),/.exec(head);
+      return match ? Number(match[1]) : -1;
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The tail read of `lastSeqOf`, shared: the start checks one file at a time. */
+const TAIL = Buffer.allocUnsafe(8 * 1024);
 
 // The fd was opened with O_APPEND, so the kernel appends whatever position is given.
 const writeAt = (fd: number, buf: Buffer, off: number) =>

@@ -27,6 +27,24 @@ export interface ReplayReport {
   cut: Array<{ taskId: string; file: string; torn: boolean; incomplete: { firstSeq: number; lastSeq: number; of: number } | null }>;
   /** Task files that failed verification: only their events before the fault were replayed. */
   quarantined: Array<{ taskId: string } & Quarantine>;
+  /** Ended tasks whose archive mark matched the store: not read, not replayed (`readStored` reads them). */
+  archived: string[];
+}
+
+/**
+ * What the archive index remembers of an ended task's stored events, so a start can check
+ * it against the store without reading them: the last seq, and for a file its size. A mark
+ * that does not match (the file grew, was cut or replaced) is not trusted: the task is replayed.
+ */
+export interface ArchiveMark {
+  lastSeq: number;
+  /** The file's size in bytes (JSONL); null where the store has no file (PostgreSQL). */
+  bytes: number | null;
+}
+
+export interface OpenOptions {
+  /** Ended tasks the archive index holds: skipped when their mark matches the store. */
+  archived?: ReadonlyMap<string, ArchiveMark>;
 }
 
 export interface EventLog {
@@ -35,7 +53,7 @@ export interface EventLog {
    * task file that fails verification does not stop it: the task is reported quarantined
    * and refuses appends.
    */
-  open(onEvent: (event: StoredEvent) => void): Promise<ReplayReport>;
+  open(onEvent: (event: StoredEvent) => void, options?: OpenOptions): Promise<ReplayReport>;
   /**
    * Assigns `seq` (per task, gapless from 1) and `ts`, and queues the events for writing.
    * All or nothing: every event is serialised first, so a batch that cannot be stored
@@ -49,6 +67,17 @@ export interface EventLog {
   durableSeq(taskId: string): number;
   /** Called with each batch of a task's events once it is durable. */
   subscribe(taskId: string, listener: EventListener): () => void;
+  /**
+   * Drops the in-memory copy of an ended task's events (the registry archived it): later
+   * appends to it are refused (`TaskArchivedError`), `read` gives nothing, `readStored`
+   * reads the store. Returns its mark for the archive index, or null (and keeps it) while
+   * some of its events are not durable yet.
+   */
+  unload(taskId: string): ArchiveMark | null;
+  /** Whether the task was unloaded (or skipped at open as archived). */
+  isArchived(taskId: string): boolean;
+  /** Stored events of one task with `seq > since`, at most `limit`, read from the store (for an archived task). */
+  readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]>;
   /** Waits until everything appended so far is durable. */
   flush(): Promise<void>;
   close(): Promise<void>;
@@ -77,5 +106,12 @@ export class UnstorableEventError extends Error {
 export class TaskQuarantinedError extends Error {
   constructor(readonly taskId: string) {
     super(`task ${taskId} is quarantined: its event log failed verification (see \`beidou doctor\`)`);
+  }
+}
+
+/** An append names a task that ended and was archived: its history is closed. */
+export class TaskArchivedError extends Error {
+  constructor(readonly taskId: string) {
+    super(`task ${taskId} has ended and is archived: nothing more can be written to it`);
   }
 }

@@ -1,7 +1,18 @@
 import type pg from 'pg';
 import type { Clock } from '../util/clock.js';
 import type { EventDraft, StoredEvent } from './catalogue.js';
-import { EventLogFailedError, TaskQuarantinedError, UnstorableEventError, type AppendResult, type EventListener, type EventLog, type ReplayReport } from './log.js';
+import {
+  EventLogFailedError,
+  TaskArchivedError,
+  TaskQuarantinedError,
+  UnstorableEventError,
+  type AppendResult,
+  type ArchiveMark,
+  type EventListener,
+  type EventLog,
+  type OpenOptions,
+  type ReplayReport,
+} from './log.js';
 import { eventLine } from './log-file.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './pg-connect.js';
 import { LOCK_NAMESPACE, WRITER_LOCK } from './pg-schema.js';
@@ -48,6 +59,8 @@ const REPLAY_PAGE = 5_000;
 export class PgEventLog implements EventLog {
   private readonly tasks = new Map<string, TaskLog>();
   private readonly listeners = new Map<string, Set<EventListener>>();
+  /** Ended tasks whose rows are not held in memory (unloaded, or skipped at open). */
+  private readonly archived = new Set<string>();
   private waiters: Waiter[] = [];
   private dirty = new Set<TaskLog>();
   private committing: Promise<void> | null = null;
@@ -81,13 +94,17 @@ export class PgEventLog implements EventLog {
     return client;
   }
 
-  async open(onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
+  async open(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
     const client = await this.connectWriter();
     this.client = client;
     try {
       const { rows } = await client.query<{ epoch: string }>('UPDATE log_writer SET epoch = epoch + 1, opened_at = now() RETURNING epoch');
       this.epoch = Number(rows[0]!.epoch);
-      return await this.replay(client, onEvent);
+      const archived = options.archived?.size ? await matchingMarks(client, options.archived) : [];
+      for (const taskId of archived) this.archived.add(taskId);
+      const report = await this.replay(client, onEvent, archived.length > 0 ? await liveTasks(client, this.archived) : null);
+      report.archived = archived;
+      return report;
     } catch (err) {
       this.client = null;
       await client.end().catch(() => undefined);
@@ -95,13 +112,16 @@ export class PgEventLog implements EventLog {
     }
   }
 
-  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void): Promise<ReplayReport> {
-    const report: ReplayReport = { cut: [], quarantined: [] };
+  /** `only`: the tasks to replay (the rest are archived); null: every task. */
+  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void, only: string[] | null): Promise<ReplayReport> {
+    const report: ReplayReport = { cut: [], quarantined: [], archived: [] };
     let after: [string, number] = ['', 0];
     for (;;) {
       const { rows } = await client.query<{ task_id: string; seq: number; body: string }>(
-        'SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3',
-        [after[0], after[1], REPLAY_PAGE],
+        only
+          ? 'SELECT task_id, seq, body::text AS body FROM events WHERE task_id = ANY($4::text[]) AND (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3'
+          : 'SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3',
+        only ? [after[0], after[1], REPLAY_PAGE, only] : [after[0], after[1], REPLAY_PAGE],
       );
       for (const row of rows) {
         const task = this.taskLog(row.task_id);
@@ -156,6 +176,7 @@ export class PgEventLog implements EventLog {
     for (let i = 0; i < drafts.length; i++) {
       const { event: name, task_id, ...rest } = drafts[i]!;
       if (this.tasks.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
+      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
       try {
         bodies[i] = JSON.stringify(rest);
         heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
@@ -285,6 +306,28 @@ export class PgEventLog implements EventLog {
     return out;
   }
 
+  unload(taskId: string): ArchiveMark | null {
+    const task = this.tasks.get(taskId);
+    if (!task || task.quarantined) return null;
+    // Rows pending or in a commit in flight: not yet a closed history.
+    if (task.pending.length > 0 || task.assigned !== task.lines.length) return null;
+    this.tasks.delete(taskId);
+    this.archived.add(taskId);
+    return { lastSeq: task.lines.length, bytes: null };
+  }
+
+  isArchived(taskId: string): boolean {
+    return this.archived.has(taskId);
+  }
+
+  async readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]> {
+    if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
+    // On the log's own connection: an archived task is read rarely, and in one statement.
+    const client = (this.client ??= await this.connectWriter());
+    const { rows } = await client.query<{ body: string }>('SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3', [taskId, since, limit]);
+    return rows.map((r) => JSON.parse(r.body) as StoredEvent);
+  }
+
   durableSeq(taskId: string): number {
     return this.tasks.get(taskId)?.lines.length ?? 0;
   }
@@ -332,6 +375,24 @@ function describeCommitFailure(err: unknown): Error {
     return new Error(`another writer already stored an event this server numbered (${e.detail ?? e.message}): the (task_id, seq) key refused the commit`);
   }
   return new Error(`a commit to PostgreSQL failed (${e.message ?? String(err)}); whether it was stored is unknown, and nothing of it was acknowledged`);
+}
+
+/** The archived tasks whose mark still matches the table: their last seq is there and nothing after it. */
+async function matchingMarks(client: pg.Client, marks: ReadonlyMap<string, ArchiveMark>): Promise<string[]> {
+  const ids = [...marks.keys()];
+  const { rows } = await client.query<{ task_id: string }>(
+    `SELECT m.task_id FROM unnest($1::text[], $2::int[]) AS m(task_id, last_seq)
+      WHERE EXISTS (SELECT 1 FROM events e WHERE e.task_id = m.task_id AND e.seq = m.last_seq)
+        AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = m.task_id AND e.seq > m.last_seq)`,
+    [ids, ids.map((id) => marks.get(id)!.lastSeq)],
+  );
+  return rows.map((r) => r.task_id);
+}
+
+/** Every task the log holds but the archived ones: what a start replays. */
+async function liveTasks(client: pg.Client, archived: ReadonlySet<string>): Promise<string[]> {
+  const { rows } = await client.query<{ task_id: string }>('SELECT task_id FROM log_tasks ORDER BY task_id');
+  return rows.map((r) => r.task_id).filter((id) => !archived.has(id));
 }
 
 /** Who holds the writer lock, for the refusal: its address and since when. */

@@ -99,6 +99,21 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    // 4 is the replicas' lease; versions need not be contiguous (each missing one is applied).
+    version: 5,
+    name: 'archive index',
+    sql: `
+      -- Ended tasks unloaded from memory: what a start needs of them without replaying
+      -- their events (the same rows as archived_tasks in the embedded stats.db). last_seq is
+      -- checked against events at start: an entry that no longer matches is replayed.
+      CREATE TABLE archived_tasks (
+        task_id text PRIMARY KEY, last_seq integer NOT NULL, bytes bigint, status text NOT NULL,
+        created_at double precision NOT NULL, ended_at double precision, archived_at double precision NOT NULL,
+        agents_total integer NOT NULL, agents_live integer NOT NULL, cost_usd double precision NOT NULL, record text NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Advisory lock keys: one namespace ('beid'), one key per purpose. */

@@ -1,5 +1,6 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
-import type { EventLog, ReplayReport } from '../events/log.js';
+import type { ArchiveMark, EventLog, ReplayReport } from '../events/log.js';
+import { removeTask, unloadRefusal, type ArchivedTask } from './archive.js';
 import { extractTask, type QuarantinedTask } from './quarantine.js';
 import { reduce } from './reducer.js';
 import { emptyState, type AgentRecord, type RegistryState, type TaskRecord } from './state.js';
@@ -16,18 +17,71 @@ export class Registry {
   readonly state: RegistryState = emptyState();
   /** Tasks whose log failed verification: kept out of `state`, shown, never written to. */
   readonly quarantined = new Map<string, QuarantinedTask>();
+  /** Ended tasks unloaded from memory (docs/architecture.md, "History leaves memory"): their index entries. */
+  readonly archived = new Map<string, ArchivedTask>();
+  /** The agents and questions of archived tasks, to their task: a token or a route naming one is answered without a read. */
+  readonly archivedAgents = new Map<string, string>();
+  readonly archivedQuestions = new Map<string, string>();
+  /** Events the last `open` reduced (an archived task's are not among them). */
+  replayedEvents = 0;
   private readonly observers = new Set<CommitObserver>();
   private readonly durableObservers = new Set<CommitObserver>();
 
   constructor(readonly log: EventLog) {}
 
-  /** Rebuilds the whole state by reducing the logs in order; a task that fails verification is quarantined. */
-  async open(): Promise<ReplayReport> {
-    const report = await this.log.open((event) => reduce(this.state, event));
+  /**
+   * Rebuilds the state by reducing the logs in order; a task that fails verification is
+   * quarantined. `index`: the archive index's entries; a task whose entry still matches the
+   * log is not read, it stays archived (an entry that does not match is replayed).
+   */
+  async open(index: readonly ArchivedTask[] = []): Promise<ReplayReport> {
+    const marks = new Map<string, ArchiveMark>(index.map((e) => [e.task_id, e.mark]));
+    const report = await this.log.open(
+      (event) => {
+        this.replayedEvents++;
+        reduce(this.state, event);
+      },
+      { archived: marks },
+    );
+    const entries = new Map(index.map((e) => [e.task_id, e]));
+    for (const taskId of report.archived) this.addArchived(entries.get(taskId)!);
     for (const { taskId, file, line, reason } of report.quarantined) {
       this.quarantined.set(taskId, { task_id: taskId, quarantine: { file, line, reason }, state: extractTask(this.state, taskId) });
     }
     return report;
+  }
+
+  private addArchived(entry: ArchivedTask): void {
+    this.archived.set(entry.task_id, entry);
+    for (const id of entry.task.agent_ids) this.archivedAgents.set(id, entry.task_id);
+    for (const id of entry.task.question_ids) this.archivedQuestions.set(id, entry.task_id);
+  }
+
+  /** Why an ended task cannot leave memory now (see `unloadRefusal`), or null. */
+  unloadRefusal(taskId: string): string | null {
+    return unloadRefusal(this.state, taskId) ?? (this.log.isArchived(taskId) ? 'already archived' : null);
+  }
+
+  /**
+   * Unloads an ended task: out of the state and out of the log's memory; its index entry
+   * is returned for the store. Null (nothing changed) when it cannot go now: the caller
+   * checks `unloadRefusal` first, and the log refuses while some of its events are not durable.
+   */
+  unload(taskId: string, now: number): ArchivedTask | null {
+    if (this.unloadRefusal(taskId)) return null;
+    const mark = this.log.unload(taskId);
+    if (!mark) return null;
+    const { task, agents, cost_usd } = removeTask(this.state, taskId);
+    const entry: ArchivedTask = { task_id: taskId, mark, task, agents, cost_usd, archived_at: now };
+    this.addArchived(entry);
+    return entry;
+  }
+
+  /** An archived task read back from the store: its events replayed into a state of its own. */
+  async loadArchived(taskId: string): Promise<RegistryState> {
+    const scratch = emptyState();
+    for (const event of await this.log.readStored(taskId, 0, 1_000_000_000)) reduce(scratch, event);
+    return scratch;
   }
 
   /** The quarantined task an agent or a question belongs to, if any. */

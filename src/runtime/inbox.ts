@@ -145,6 +145,11 @@ export class Inboxes {
     });
   }
 
+  /** Whether a blocked reader waits on the agent's inbox or a delivery holds some of its messages. */
+  holds(agentId: string): boolean {
+    return this.waiters.has(agentId) || this.reserved.has(agentId);
+  }
+
   /** Wakes every waiter (on shutdown). */
   wakeAll(): void {
     for (const set of this.waiters.values()) for (const wake of [...set]) wake();

@@ -1,4 +1,4 @@
-import { Router, type Request } from 'express';
+import { Router, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { newTask, terminationDrafts } from '../domain/agents.js';
 import { DomainError } from '../domain/errors.js';
@@ -69,7 +69,7 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
   api.get('/tasks/stream', admin, tasksStream(feed, streams));
 
   api.get('/tasks', admin, (_req, res) => {
-    res.json({ tasks: taskListView(registry.state, registry.quarantined.values()) });
+    res.json({ tasks: taskListView(registry.state, registry.quarantined.values(), registry.archived.values()) });
   });
 
   // A quarantined task's log failed verification at start: shown, never written to.
@@ -95,13 +95,31 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     return agent;
   };
 
-  api.get('/tasks/:id', admin, (req, res) => {
-    const q = registry.quarantined.get(param(req, 'id'));
-    res.json(q ? quarantinedDetail(q) : taskDetail(registry.state, taskOr404(param(req, 'id'))));
+  // An archived task (ended, unloaded from memory) is read back from the store and
+  // answered as it was: its events replayed into a state of its own, the same views.
+  const archivedTask = async (taskId: string) => {
+    const state = await registry.loadArchived(taskId);
+    return { state, task: state.tasks.get(taskId)! };
+  };
+  const archivedAgent = async (agentId: string) => {
+    const state = await registry.loadArchived(registry.archivedAgents.get(agentId)!);
+    return { state, agent: state.agents.get(agentId)! };
+  };
+
+  api.get('/tasks/:id', admin, async (req, res) => {
+    const id = param(req, 'id');
+    if (registry.archived.has(id)) {
+      const { state, task } = await archivedTask(id);
+      return void res.json(taskDetail(state, task));
+    }
+    const q = registry.quarantined.get(id);
+    res.json(q ? quarantinedDetail(q) : taskDetail(registry.state, taskOr404(id)));
   });
 
   api.post('/tasks/:id/terminate', admin, async (req, res) => {
     parseOr400(emptyBody, req.body);
+    const archived = registry.archived.get(param(req, 'id'));
+    if (archived) throw new ApiError(409, 'already_terminating', `task ${archived.task_id} is already ${archived.task.status}`);
     const task = taskOr404(param(req, 'id'));
     const root = registry.agent(task.root_agent_id)!;
     if (task.status !== 'running' || root.terminate_posted) {
@@ -111,14 +129,18 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     res.json({ ok: true });
   });
 
-  api.get('/tasks/:id/events', admin, (req, res) => {
-    const task = taskOr404(param(req, 'id'));
+  api.get('/tasks/:id/events', admin, async (req, res) => {
+    const id = param(req, 'id');
+    const archived = registry.archived.has(id);
+    const task = archived ? null : taskOr404(id);
     const { since, limit } = parseOr400(eventsQuery, req.query);
-    const events = registry.log.read(task.task_id, since, limit);
+    const events = task ? registry.log.read(task.task_id, since, limit) : await registry.log.readStored(id, since, limit);
     res.json({ events, cursor: events.length > 0 ? events[events.length - 1]!.seq : since });
   });
 
   api.get('/tasks/:id/events/stream', admin, async (req, res) => {
+    const archived = registry.archived.get(param(req, 'id'));
+    if (archived) return archivedStream(req, res, archived.task_id, archived.mark.lastSeq);
     const task = taskOr404(param(req, 'id'));
     const { since } = parseOr400(eventsQuery, req.query);
     let cursor = resumeCursor(req.header('last-event-id'), since, registry.log.durableSeq(task.task_id));
@@ -138,12 +160,37 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     stream.onEnd(registry.log.subscribe(task.task_id, (events) => events.forEach(send)));
   });
 
-  api.get('/agents/:id', admin, (req, res) => {
-    res.json(agentView(agentOr404(param(req, 'id'))));
+  /**
+   * The stream of an archived task: its stored events after the cursor, then open as the
+   * stream of any ended task is (nothing more will come; keep-alives until the client goes).
+   */
+  const archivedStream = async (req: Request, res: Response, taskId: string, head: number) => {
+    const { since } = parseOr400(eventsQuery, req.query);
+    let cursor = resumeCursor(req.header('last-event-id'), since, head);
+    const stream = await streams.open(req, res);
+    if (!stream) return;
+    for (;;) {
+      const batch = await registry.log.readStored(taskId, cursor, 1_000);
+      if (batch.length === 0) break;
+      for (const e of batch) if (!stream.push(e, 'message', String(e.seq))) return;
+      cursor = batch[batch.length - 1]!.seq;
+    }
+  };
+
+  api.get('/agents/:id', admin, async (req, res) => {
+    const id = param(req, 'id');
+    if (registry.archivedAgents.has(id)) return void res.json(agentView((await archivedAgent(id)).agent));
+    res.json(agentView(agentOr404(id)));
   });
 
   api.post('/agents/:id/send', admin, async (req, res) => {
     const { content } = parseOr400(sendBody, req.body);
+    if (registry.archivedAgents.has(param(req, 'id'))) {
+      // Its agents are terminated: the same decision refuses, on the task read back.
+      const { state, agent } = await archivedAgent(param(req, 'id'));
+      postMessage({ ...domain, state }, USER, agent, content);
+      throw new ApiError(409, 'task_archived', `task ${agent.task_id} has ended and is archived`);
+    }
     const agent = agentOr404(param(req, 'id'));
     const { messageId, drafts } = postMessage(domain, USER, agent, content);
     await registry.commit(drafts);
@@ -152,7 +199,7 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
 
   api.post('/agents/:id/token', admin, async (req, res) => {
     parseOr400(emptyBody, req.body);
-    const agent = agentOr404(param(req, 'id'));
+    const agent = registry.archivedAgents.has(param(req, 'id')) ? (await archivedAgent(param(req, 'id'))).agent : agentOr404(param(req, 'id'));
     if (agent.terminate_consumed) {
       throw new ApiError(409, 'agent_terminated', `agent ${agent.agent_id} has been terminated; a token for it would not work`);
     }
@@ -164,30 +211,34 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
   });
 
   /** A settled question is refused as `stale`; the REST contract calls it 409 `already_answered`. */
-  const asUser = async (qid: string, decide: () => EventDraft[]) => {
+  const asUser = async (qid: string, decide: (ctx: typeof domain) => EventDraft[]) => {
     const q = registry.quarantineOf('questions', qid);
     if (q) quarantined(q.task_id);
+    const archivedIn = registry.archivedQuestions.get(qid);
+    // A question of an archived task is settled: the same decision refuses it, on the task read back.
+    const ctx = archivedIn ? { ...domain, state: await registry.loadArchived(archivedIn) } : domain;
     let drafts;
     try {
-      drafts = decide();
+      drafts = decide(ctx);
     } catch (err) {
       if (err instanceof DomainError && err.code === 'stale') throw new ApiError(409, 'already_answered', err.message, err.details);
       throw err;
     }
+    if (archivedIn) throw new ApiError(409, 'already_answered', `question ${qid} is settled (its task is archived)`);
     await registry.commit(drafts);
   };
 
   api.post('/questions/:qid/answer', admin, async (req, res) => {
     const { answers } = parseOr400(answerBody, req.body);
     const qid = param(req, 'qid');
-    await asUser(qid, () => routing.answer(domain, USER, qid, answers, null, services.questions.has(qid)));
+    await asUser(qid, (ctx) => routing.answer(ctx, USER, qid, answers, null, services.questions.has(qid)));
     res.json({ ok: true });
   });
 
   api.post('/questions/:qid/decline', admin, async (req, res) => {
     const { reason } = parseOr400(declineBody, req.body);
     const qid = param(req, 'qid');
-    await asUser(qid, () => routing.decline(domain, qid, reason, services.questions.has(qid)));
+    await asUser(qid, (ctx) => routing.decline(ctx, qid, reason, services.questions.has(qid)));
     res.json({ ok: true });
   });
 

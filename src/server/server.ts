@@ -10,7 +10,9 @@ import { Registry } from '../registry/registry.js';
 import type { RollupStore } from '../registry/rollups.js';
 import type { AnyPrimitive } from '../primitives/define.js';
 import { PRIMITIVES } from '../primitives/index.js';
+import type { ArchiveIndex } from '../registry/archive.js';
 import { Activity } from '../runtime/activity.js';
+import { Archiver } from '../runtime/archiver.js';
 import { Inboxes } from '../runtime/inbox.js';
 import { QuestionWaiters } from '../runtime/question-waiters.js';
 import { newLocks, type Services } from '../runtime/services.js';
@@ -52,6 +54,10 @@ export interface BeidouServer {
   store: { kind: Store['kind']; where: string };
   /** The watchdog, whose `tick()` a test can drive with a fake clock. */
   watchdog: Watchdog;
+  /** Unloads ended tasks; `tick()` runs one pass (a test drives it with a fake clock). */
+  archiver: Archiver;
+  /** What the start read: events reduced, and ended tasks left archived (not read). */
+  startup: { replayed_events: number; archived_tasks: number };
   /** Open MCP sessions (Streamable HTTP and SSE), for observability and tests. */
   mcpSessions(): number;
   /** Open admin SSE streams (task events, task list), likewise. */
@@ -105,16 +111,28 @@ async function run(
   const log = store.log;
   const registry = new Registry(log);
   let rollups: RollupStore;
+  let index: ArchiveIndex | null = null;
   try {
-    logReplay(logger, await registry.open());
+    index = store.archive();
+    const entries = await index.load();
+    const report = await registry.open(entries);
+    logReplay(logger, report);
+    // Entries the log no longer matches (replayed instead) or no longer has: dropped; the archiver writes them anew.
+    const stale = entries.filter((e) => !registry.archived.has(e.task_id)).map((e) => e.task_id);
+    if (stale.length > 0) {
+      logger.warn({ tasks: stale.length }, `${stale.length} archive index entr${stale.length === 1 ? 'y' : 'ies'} did not match the event log: replayed those tasks`);
+      await index.remove(stale);
+    }
     const where = store.kind === 'postgres' ? `the rollup tables of ${store.where}` : 'stats.db';
     rollups = store.rollups(registry.state, (err) => logger.error({ err }, `could not write the rollups (${where}); \`beidou stats rebuild\` recreates them`));
     await rollups.rebuild();
   } catch (err) {
     await log.close().catch(() => undefined);
+    await index?.close().catch(() => undefined);
     await store.close().catch(() => undefined);
     throw err;
   }
+  const archive = index;
 
   const skills = new SkillCatalog(skillRoots(config));
   for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
@@ -143,8 +161,18 @@ async function run(
     locks: newLocks(),
   };
   const watchdog = new Watchdog({ registry, domain, config, clock, activity, logger });
+  const archiver = new Archiver({
+    registry,
+    index: archive,
+    archiveAfterS: config.archiveAfterS,
+    clock,
+    inboxes,
+    questions: services.questions,
+    beforeUnload: () => rollups.flush(),
+    logger,
+  });
   logger.info(
-    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, ms: Math.round(performance.now() - openedAt), store: store.kind, where: store.where },
+    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, archived: registry.archived.size, events: registry.replayedEvents, ms: Math.round(performance.now() - openedAt), store: store.kind, where: store.where },
     'registry rebuilt from the event logs',
   );
 
@@ -185,6 +213,7 @@ async function run(
     // Could not listen (port taken, bad host): release the log and the databases.
     await log.close();
     await rollups.close();
+    await archive.close();
     await store.close();
     throw err;
   }
@@ -192,6 +221,7 @@ async function run(
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
   watchdog.start();
+  archiver.start();
   services.spawners.start();
   mcp.startExpiry();
 
@@ -203,6 +233,7 @@ async function run(
       const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
       watchdog.stop();
       tasksFeed.stop();
+      const archiverStopped = archiver.stop();
       services.spawners.stop();
       stopping.abort();
       services.inboxes.wakeAll();
@@ -212,12 +243,14 @@ async function run(
       await mcp.closeAll();
       httpServer.closeAllConnections();
       await closed;
+      await archiverStopped;
       try {
         await log.close();
       } finally {
         try {
           await rollups.close();
         } finally {
+          await archive.close().catch(() => undefined);
           await store.close();
           homeLock.release();
         }
@@ -236,6 +269,8 @@ async function run(
     rollups,
     store: { kind: store.kind, where: store.where },
     watchdog,
+    archiver,
+    startup: { replayed_events: registry.replayedEvents, archived_tasks: registry.archived.size },
     mcpSessions: () => mcp.size,
     adminStreams: () => adminStreams.size,
     close,

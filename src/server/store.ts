@@ -5,6 +5,9 @@ import type { EventLog } from '../events/log.js';
 import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from '../events/pg-connect.js';
 import { PgEventLog } from '../events/pg-log.js';
 import { migrate, type MigrationReport } from '../events/pg-schema.js';
+import type { ArchiveIndex } from '../registry/archive.js';
+import { SqliteArchiveIndex } from '../registry/archive-index.js';
+import { PgArchiveIndex } from '../registry/pg-archive-index.js';
 import { FilePlanStore, type PlanStore } from '../registry/plan-store.js';
 import { PgPlanStore } from '../registry/pg-plans.js';
 import { PgRollups } from '../registry/pg-rollups.js';
@@ -24,6 +27,8 @@ export interface Store {
   where: string;
   log: EventLog;
   plans: PlanStore;
+  /** The archive index: ended tasks out of memory (`stats.db`, or the database's `archived_tasks`). */
+  archive(): ArchiveIndex;
   /** The rollups over a registry's state, once it is replayed. */
   rollups(state: RegistryState, onError?: (err: unknown) => void): RollupStore;
   /** What the schema migrations did at open (PostgreSQL only). */
@@ -40,6 +45,7 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
       where: paths.events,
       log: new JsonlEventLog(paths.events, clock),
       plans: new FilePlanStore(paths.plans),
+      archive: () => new SqliteArchiveIndex(paths.statsDb),
       rollups: (state, onError) => new SqliteRollups(paths.statsDb, state, onError),
       migrations: null,
       close: async () => undefined,
@@ -68,6 +74,7 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
     where: describeDatabaseUrl(url),
     log: new PgEventLog(url, clock),
     plans: new PgPlanStore(pool, clock),
+    archive: () => new PgArchiveIndex(pool),
     rollups: (state, onError) => new PgRollups(pool, state, onError),
     migrations,
     close: () => pool.end(),

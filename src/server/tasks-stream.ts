@@ -34,9 +34,9 @@ export class TasksFeed {
 
   /** The views now. */
   overview(): Overview {
-    const { state, quarantined } = this.registry;
+    const { state, quarantined, archived } = this.registry;
     return {
-      tasks: JSON.stringify({ tasks: taskListView(state, quarantined.values()) }),
+      tasks: JSON.stringify({ tasks: taskListView(state, quarantined.values(), archived.values()) }),
       questions: JSON.stringify({ questions: pendingQuestionsView(state) }),
     };
   }

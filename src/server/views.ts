@@ -1,4 +1,5 @@
 import { agentStatus, pendingAtGateway } from '../registry/queries.js';
+import type { ArchivedTask } from '../registry/archive.js';
 import type { QuarantinedTask } from '../registry/quarantine.js';
 import { USER, type AgentRecord, type PlanRecord, type QuestionRecord, type RegistryState, type TaskRecord, type TeamRecord } from '../registry/state.js';
 
@@ -139,10 +140,12 @@ export function questionView(q: QuestionRecord) {
 }
 
 /** `GET /api/tasks` and the `tasks` event of `GET /api/tasks/stream`: every task, newest first, quarantined ones included. */
-export function taskListView(state: RegistryState, quarantined: Iterable<QuarantinedTask>) {
-  return [...[...state.tasks.values()].map((t) => taskSummary(state, t)), ...[...quarantined].map(quarantinedSummary)].sort(
-    (a, b) => (b.created_at ?? 0) - (a.created_at ?? 0),
-  );
+export function taskListView(state: RegistryState, quarantined: Iterable<QuarantinedTask>, archived: Iterable<ArchivedTask>) {
+  return [
+    ...[...state.tasks.values()].map((t) => taskSummary(state, t)),
+    ...[...quarantined].map(quarantinedSummary),
+    ...[...archived].map(archivedSummary),
+  ].sort((a, b) => (b.created_at ?? 0) - (a.created_at ?? 0));
 }
 
 /**
@@ -196,4 +199,9 @@ export function quarantinedDetail(q: QuarantinedTask) {
     ? taskDetail(q.state, t)
     : { agents: [], teams: [], plans: [], questions: [], stats: { agents: 0, live_agents: 0, teams: 0, events: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0, messages: 0, undelivered: 0 } };
   return { ...detail, task: quarantinedTaskView(q), quarantine: { ...q.quarantine } };
+}
+
+/** An archived task in the list: its record as it ended, from the archive index (no read of its events). */
+export function archivedSummary(e: ArchivedTask) {
+  return { ...taskView(e.task), agents: { ...e.agents }, cost_usd: e.cost_usd };
 }
