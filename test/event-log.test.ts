@@ -5,6 +5,9 @@ import type { EventDraft, StoredEvent } from '../src/events/catalogue.js';
 import { JsonlEventLog } from '../src/events/jsonl-log.js';
 import { removeHome, tempHome } from './support/server.js';
 
+// The JSONL log and its files, directly: embedded store only (vitest.config.ts). The
+// PostgreSQL log's own tests are test/pg-log.test.ts.
+
 const clock = { now: () => 1_800_000_000.5 };
 const draft = (taskId: string, i: number): EventDraft => ({
   event: 'send_message',

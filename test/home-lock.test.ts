@@ -9,7 +9,9 @@ import { removeHome, tempHome } from './support/server.js';
  * One writer per home, as real processes: a second `beidou serve` is refused while the
  * first holds the home's lock, the OS frees it when the holder is SIGKILLed, and `beidou
  * doctor` finds, and with --repair cuts back, a damaged task log (refused, like `stats
- * rebuild`, while a server runs).
+ * rebuild`, while a server runs). Embedded store only (vitest.config.ts): `beidou doctor`
+ * repairs `events/*.jsonl`; one server per database is in test/pg-log.test.ts and
+ * test/pg-cli.test.ts.
  */
 
 const ROOT = path.resolve(import.meta.dirname, '..');
