@@ -33,7 +33,8 @@ RUN mkdir -p /data && chown node:node /data
 USER node
 VOLUME /data
 EXPOSE 7777
-# node:20-slim has no curl: probe the unauthenticated health route with Node's fetch.
+# node:20-slim has no curl: probe the unauthenticated liveness route with Node's fetch
+# (/api/health/live is 200 on every replica; /api/health is 503 on a standby, for load balancers).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.BEIDOU_PORT || 7777) + '/api/health').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.BEIDOU_PORT || 7777) + '/api/health/live').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 CMD ["node", "dist/cli/main.js", "serve"]

@@ -31,6 +31,8 @@ const configSchema = z.object({
     .string()
     .regex(/^postgres(ql)?:\/\/[^\s]+$/, 'must be a postgres:// (or postgresql://) URL')
     .optional(),
+  /** With a database URL: the lease of the active replica, in seconds (renewed every third of it). */
+  leaseS: seconds(3),
   inboxCap: count(1000),
   inboxMaxChars: count(64 * 1024 * 1024),
   maxDepth: count(8),
@@ -74,6 +76,7 @@ const SOURCE_NAMES: Record<string, string> = {
   adminToken: 'BEIDOU_ADMIN_TOKEN',
   secret: 'BEIDOU_SECRET',
   databaseUrl: '--database-url / BEIDOU_DATABASE_URL',
+  leaseS: 'BEIDOU_LEASE_S',
   inboxCap: 'BEIDOU_INBOX_CAP',
   inboxMaxChars: 'BEIDOU_INBOX_MAX_CHARS',
   maxDepth: 'BEIDOU_MAX_DEPTH',
@@ -132,6 +135,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     adminToken: emptyToUndefined(env.BEIDOU_ADMIN_TOKEN),
     secret: emptyToUndefined(env.BEIDOU_SECRET),
     databaseUrl: flags.databaseUrl ?? emptyToUndefined(env.BEIDOU_DATABASE_URL),
+    leaseS: emptyToUndefined(env.BEIDOU_LEASE_S),
     inboxCap: emptyToUndefined(env.BEIDOU_INBOX_CAP),
     inboxMaxChars: emptyToUndefined(env.BEIDOU_INBOX_MAX_CHARS),
     maxDepth: emptyToUndefined(env.BEIDOU_MAX_DEPTH),

@@ -350,7 +350,10 @@ describe('authentication (docs/api.md)', () => {
 
 describe('secrets in the home (docs/api.md)', () => {
   it('writes admin.token and secret with mode 0600, and repairs a loosened mode on restart', async () => {
-    let ts = await startTestServer();
+    // Generated secrets are the embedded store's: with a database URL they come from the
+    // environment (test/pg-cli.test.ts), so this runs on the embedded store in both projects.
+    const embedded = { BEIDOU_DATABASE_URL: '', BEIDOU_SECRET: '', BEIDOU_ADMIN_TOKEN: '' };
+    let ts = await startTestServer({ env: embedded });
     const home = ts.home;
     try {
       const files = [path.join(home, 'admin.token'), path.join(home, 'secret')];
@@ -360,7 +363,7 @@ describe('secrets in the home (docs/api.md)', () => {
       await ts.close();
 
       for (const file of files) chmodSync(file, 0o644);
-      ts = await startTestServer({ home });
+      ts = await startTestServer({ home, env: embedded });
       for (const file of files) expect({ file, mode: statSync(file).mode & 0o777 }).toEqual({ file, mode: 0o600 });
       // Same secrets reused: the admin token and the old agent token still work.
       expect(ts.adminToken).toBe(adminToken);

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { beidou, buildCli, CliChild, closedPort } from './support/cli.js';
 import { removeHome, tempHome } from './support/server.js';
-import { databaseUrlFor, rollupRows, withDatabase } from './support/store.js';
+import { databaseUrlFor, replicaSecrets, rollupRows, withDatabase } from './support/store.js';
 
 /**
  * `beidou serve --database-url` and `beidou stats rebuild --database-url` as a person runs
@@ -28,22 +28,28 @@ function newHome(): string {
   return home;
 }
 
-async function serve(home: string, url: string): Promise<{ child: CliChild; url: string }> {
-  const child = new CliChild(['serve', '--port', '0', '--home', home, '--database-url', url]);
+/** The secrets every replica of one database shares (with a database URL, from the environment only). */
+const SHARED = replicaSecrets('/pg-cli');
+
+async function serve(home: string, url: string): Promise<{ child: CliChild; url: string; role: string }> {
+  const child = new CliChild(['serve', '--port', '0', '--home', home, '--database-url', url], SHARED);
   children.push(child);
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) throw new Error(`unexpected first line: ${first}\n${child.stderr}`);
-  return { child, url: m[1]! };
+  const role = await child.waitForLine((_l, i) => i === 1);
+  return { child, url: m[1]!, role };
 }
 
 describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000 }, () => {
-  it('serves from the database; a second server on it exits 2; stats rebuild is refused while it runs, then rebuilds the rollup tables', async () => {
+  it('serves from the database; a second server on it is a standby; stats rebuild is refused while one is active, then rebuilds the rollup tables', async () => {
     const home = newHome();
     const url = await databaseUrlFor(home);
     const shown = url; // it carries no password
     const server = await serve(home, url);
+    expect(server.role).toMatch(/^role: active \(lease epoch \d+, as \S+\)$/);
     const admin = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
+    expect(admin).toBe(SHARED.BEIDOU_ADMIN_TOKEN);
     const created = await fetch(`${server.url}/api/tasks`, {
       method: 'POST',
       headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
@@ -53,10 +59,15 @@ describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000
     const task = (await created.json()) as { task_id: string };
     expect(await withDatabase(home, async (c) => (await c.query('SELECT count(*)::int AS n FROM events WHERE task_id = $1', [task.task_id])).rows[0].n)).toBeGreaterThan(0);
 
-    // Another home, the same database: one server per database.
-    const second = await beidou(['serve', '--port', '0', '--home', newHome(), '--database-url', url]);
-    expect(second.code).toBe(2);
-    expect(second.stderr).toMatch(new RegExp(`^beidou: the database ${escape(shown)} is in use by another beidou server \\(.+\\); one server per database\\n$`));
+    // Another home, the same database: a standby, which says so and points at the active one.
+    const second = await serve(newHome(), url);
+    expect(second.role).toMatch(/^role: standby \(the lease is held by \S+; taking over when it expires\)$/);
+    expect((await fetch(`${second.url}/api/health`)).status).toBe(503);
+    await second.child.stop('SIGTERM');
+
+    // Without the shared secrets in the environment, a server on a database does not start.
+    const bare = await beidou(['serve', '--port', '0', '--home', newHome(), '--database-url', url]);
+    expect(bare).toMatchObject({ code: 2, stdout: '', stderr: 'beidou: with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)\n' });
 
     const refused = await beidou(['stats', 'rebuild', '--database-url', url]);
     expect(refused.code).toBe(2);
@@ -71,7 +82,7 @@ describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000
 
   it('an unreachable database exits 2 with one line naming it, without its password', async () => {
     const port = await closedPort();
-    const run = await beidou(['serve', '--port', '0', '--home', newHome(), '--database-url', `postgres://beidou:hunter2-secret@127.0.0.1:${port}/beidou`]);
+    const run = await beidou(['serve', '--port', '0', '--home', newHome(), '--database-url', `postgres://beidou:hunter2-secret@127.0.0.1:${port}/beidou`], SHARED);
     expect(run.code).toBe(2);
     expect(run.stdout).toBe('');
     expect(run.stderr).toMatch(new RegExp(`^beidou: cannot connect to the database postgres://beidou@127\\.0\\.0\\.1:${port}/beidou: .*ECONNREFUSED.*\\n$`));

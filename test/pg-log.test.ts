@@ -155,7 +155,7 @@ describe('PgEventLog', () => {
     ]);
   });
 
-  it('refuses a second writer while the first holds the database, naming the holder', async () => {
+  it('refuses a second writer while the first holds the lease, naming the holder', async () => {
     const db = await migrated();
     await openLog(db.url);
     const second = new PgEventLog(db.url, clock);
@@ -164,7 +164,9 @@ describe('PgEventLog', () => {
       (err: unknown) => err,
     );
     expect(refusal).toBeInstanceOf(DatabaseInUseError);
-    expect((refusal as Error).message).toMatch(/^the database postgres:\/\/postgres@127\.0\.0\.1:\d+\/beidou_\w+ is in use by another beidou server \(its connection: backend pid \d+ from 127\.0\.0\.1, since .+\); one server per database$/);
+    expect((refusal as Error).message).toMatch(
+      /^the database postgres:\/\/postgres@127\.0\.0\.1:\d+\/beidou_\w+ is in use by another beidou server \(held by [^,]+, lease until \S+; its connection: backend pid \d+ from 127\.0\.0\.1, since .+\); one server per database$/,
+    );
   });
 
   it('an idle connection that drops is replaced at the next commit; if another server opened the database meanwhile, the epoch refuses it', async () => {

@@ -1,11 +1,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { DatabaseInUseError } from '../src/events/pg-connect.js';
 import { migrate, MIGRATIONS, MigrationError, SchemaTooNewError } from '../src/events/pg-schema.js';
 import { startServer, type BeidouServer } from '../src/server/server.js';
 import { loadConfig } from '../src/config.js';
 import { withClient } from '../src/testkit/postgres.js';
 import { pino } from 'pino';
-import { freshDatabase } from './support/store.js';
+import { freshDatabase, replicaSecrets } from './support/store.js';
 import { removeHome, tempHome } from './support/server.js';
 
 /**
@@ -34,7 +33,7 @@ afterEach(async () => {
 function start(url: string): Promise<BeidouServer> {
   const home = tempHome();
   homes.push(home);
-  return startServer(loadConfig({ port: '0', home, databaseUrl: url }, {}), { logger: pino({ level: 'silent' }) });
+  return startServer(loadConfig({ port: '0', home, databaseUrl: url }, replicaSecrets(home)), { logger: pino({ level: 'silent' }) });
 }
 
 describe('schema migrations', () => {
@@ -57,17 +56,14 @@ describe('schema migrations', () => {
     expect((await applied(url)).map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
   });
 
-  it('two servers starting at once on a fresh database: the schema is migrated once, one serves, the other is refused', async () => {
+  it('two servers starting at once on a fresh database: the schema is migrated once, one is active, the other a standby', async () => {
     const { url } = await freshDatabase();
-    const outcomes = await Promise.allSettled([start(url), start(url)]);
-    const started = outcomes.filter((o): o is PromiseFulfilledResult<BeidouServer> => o.status === 'fulfilled').map((o) => o.value);
+    const started = await Promise.all([start(url), start(url)]);
     servers.push(...started);
-    const refused = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected').map((o) => o.reason);
-    expect(started).toHaveLength(1);
-    expect(refused).toHaveLength(1);
-    expect(refused[0]).toBeInstanceOf(DatabaseInUseError);
+    expect(started.map((s) => s.role()).sort()).toEqual(['active', 'standby']);
     expect((await applied(url)).map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
-    expect((await fetch(`${started[0]!.url}/api/health`)).status).toBe(200);
+    const health = await Promise.all(started.map(async (s) => (await fetch(`${s.url}/api/health`)).status));
+    expect(health.sort()).toEqual([200, 503]);
   });
 
   it('refuses a database migrated by a newer beidou, and the server does not start on it', async () => {

@@ -31,6 +31,15 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
     fail(`cannot start: ${(err as Error).message}`, 1);
   }
   process.stdout.write(`beidou listening on ${server.url}\n`);
+  if (server.store.kind === 'postgres') {
+    // One replica of several on the database: which one it is now (changes are logged).
+    const { holder, epoch } = server.lease();
+    process.stdout.write(
+      server.role() === 'active'
+        ? `role: active (lease epoch ${epoch}, as ${server.holder})\n`
+        : `role: standby (the lease is held by ${holder ?? 'another replica'}; taking over when it expires)\n`,
+    );
+  }
   process.stdout.write(
     server.adminTokenFile ? `admin token in ${server.adminTokenFile}\n` : 'admin token from BEIDOU_ADMIN_TOKEN\n',
   );

@@ -3,7 +3,7 @@ import pg from 'pg';
 /**
  * Connections to the PostgreSQL store. Each part of the server has its own, named by
  * `application_name` so `pg_stat_activity` (and an operator) can tell them apart:
- * `beidou-log` commits the events and holds the writer lock, `beidou` serves the rollups
+ * `beidou-log` commits the events and holds the lease, `beidou` serves the rollups
  * and plans. The URL may carry a password: it is never logged; `describeDatabaseUrl`
  * is what a log line or an error may show.
  */
@@ -52,11 +52,14 @@ export class DatabaseUnreachableError extends Error {
   }
 }
 
-/** Another server holds the database's writer lock: one writer per database, as one per home. */
+/** Another server holds the database's lease: one writer per database, as one per home. */
 export class DatabaseInUseError extends Error {
   constructor(
     readonly database: string,
+    /** Who holds it, in words (its lease and connection). */
     readonly holder: string | null,
+    /** The holder's name in the lease row. */
+    readonly holderName: string | null = null,
   ) {
     super(`the database ${database} is in use by another beidou server${holder ? ` (${holder})` : ''}; one server per database`);
   }

@@ -1,3 +1,4 @@
+import os from 'node:os';
 import type pg from 'pg';
 import type { Clock } from '../util/clock.js';
 import type { EventDraft, StoredEvent } from './catalogue.js';
@@ -15,7 +16,6 @@ import {
 } from './log.js';
 import { eventLine } from './log-file.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './pg-connect.js';
-import { LOCK_NAMESPACE, WRITER_LOCK } from './pg-schema.js';
 
 interface TaskLog {
   taskId: string;
@@ -45,13 +45,19 @@ const REPLAY_PAGE = 5_000;
  * concurrent senders share one commit. A reply waits on `durable`, so what the server
  * acknowledged is committed.
  *
- * One writer per database: `open` takes an advisory lock (a second server is refused) and
- * bumps the writer epoch in `log_writer`; every commit holds that row and inserts only if
- * the epoch is still its own, and the primary key refuses a seq already taken. If the
- * connection drops while idle, the next commit reconnects, and the epoch tells whether
- * another server has opened the database meanwhile. A commit that fails (connection lost,
- * key or epoch refused) fails the log as a failed write fails the JSONL one: memory is
- * ahead of the store, so nothing more is acknowledged until a restart replays what is stored.
+ * One writer per database, by a lease: `open` takes the lease row (`log_writer`) only if
+ * it is free (never held, expired, or its holder's log connection gone), ends the old
+ * holder's log connection, bumps the epoch, and replays; a lease held by a live writer is
+ * refused (`DatabaseInUseError`: a replica stays a standby). The holder renews the lease
+ * every third of its length; every commit holds the row and inserts only if the epoch is
+ * still its own and the lease unexpired, and the primary key refuses a seq already taken.
+ * An advisory lock would not do: a paused (SIGSTOPped) process keeps its connection and
+ * its lock, where its lease runs out. If the connection drops while idle, the next commit
+ * reconnects and re-checks the fence. A commit that fails (connection lost, key or fence
+ * refused) fails the log as a failed write fails the JSONL one: memory is ahead of the
+ * store, so nothing more is acknowledged. Once the log is fenced (another writer took the
+ * lease) or its lease has run out while failed, `onLost` is called once: the owner steps
+ * down and replays afresh if it takes the lease again.
  *
  * Durable events of every task are kept in memory (their JSON lines), so `read` and
  * `durableSeq` stay synchronous as the interface asks.
@@ -69,14 +75,31 @@ export class PgEventLog implements EventLog {
   private client: pg.Client | null = null;
   private epoch = 0;
   private closed = false;
+  private readonly holder: string;
+  private readonly leaseS: number;
+  private readonly onLost: (lost: LeaseLost) => void;
+  private renewTimer: NodeJS.Timeout | null = null;
+  private renewing = false;
+  private lost: LeaseLost | null = null;
+  /** The lease this log took over at open: who held it before, and their epoch. */
+  previous: { holder: string | null; epoch: number; expired: boolean } | null = null;
 
   constructor(
     private readonly url: string,
     private readonly clock: Clock,
-  ) {}
+    options: LeaseOptions = {},
+  ) {
+    this.holder = options.holder ?? defaultHolder();
+    this.leaseS = options.leaseS ?? 3;
+    this.onLost = options.onLost ?? (() => undefined);
+  }
 
-  /** Opens the connection that writes and takes the writer lock, or refuses naming the holder. */
-  private async connectWriter(): Promise<pg.Client> {
+  /** The epoch this log writes under (0 before `open`). */
+  get writerEpoch(): number {
+    return this.epoch;
+  }
+
+  private async connect(): Promise<pg.Client> {
     const client = await connectClient(this.url, LOG_APPLICATION, () => {
       // An idle connection that drops is replaced at the next commit; a commit in flight
       // sees its own query fail.
@@ -85,31 +108,135 @@ export class PgEventLog implements EventLog {
     client.on('end', () => {
       if (this.client === client) this.client = null;
     });
-    const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS locked', [LOCK_NAMESPACE, WRITER_LOCK]);
-    if (!rows[0]!.locked) {
-      const holder = await lockHolder(client);
+    return client;
+  }
+
+  /**
+   * A new connection for a log already open (the last one dropped): it becomes the
+   * lease's recorded connection only if the lease is still this log's, else the log is fenced.
+   */
+  private async reconnect(): Promise<pg.Client> {
+    const client = await this.connect();
+    const { rowCount } = await client.query('UPDATE log_writer SET holder_pid = pg_backend_pid() WHERE epoch = $1 AND expires_at > now()', [this.epoch]);
+    if (rowCount === 0) {
       await client.end().catch(() => undefined);
-      throw new DatabaseInUseError(describeDatabaseUrl(this.url), holder);
+      throw new WriterFencedError(this.epoch);
     }
     return client;
   }
 
   async open(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
-    const client = await this.connectWriter();
+    const client = await this.connect();
     this.client = client;
     try {
-      const { rows } = await client.query<{ epoch: string }>('UPDATE log_writer SET epoch = epoch + 1, opened_at = now() RETURNING epoch');
-      this.epoch = Number(rows[0]!.epoch);
+      await this.acquire(client);
       const archived = options.archived?.size ? await matchingMarks(client, options.archived) : [];
       for (const taskId of archived) this.archived.add(taskId);
       const report = await this.replay(client, onEvent, archived.length > 0 ? await liveTasks(client, this.archived) : null);
       report.archived = archived;
+      this.renewTimer = setInterval(() => void this.renew(), (this.leaseS * 1000) / 3);
+      this.renewTimer.unref();
       return report;
     } catch (err) {
       this.client = null;
       await client.end().catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Takes the lease if it is free, in one transaction holding the row (a commit of the
+   * old holder in flight finishes first, and is in the replay that follows), then ends the
+   * old holder's log connection if it is still there (a paused process keeps it open).
+   */
+  private async acquire(client: pg.Client): Promise<void> {
+    await client.query('BEGIN');
+    let old: { epoch: string; holder: string | null; holder_pid: number | null; expired: boolean; until: Date | null };
+    try {
+      const { rows } = await client.query<typeof old>(
+        'SELECT epoch, holder, holder_pid, (expires_at IS NULL OR expires_at <= now()) AS expired, expires_at AS until FROM log_writer FOR UPDATE',
+      );
+      old = rows[0]!;
+      const alive = old.holder_pid === null ? null : await backend(client, old.holder_pid);
+      if (!old.expired && alive) {
+        throw new DatabaseInUseError(
+          describeDatabaseUrl(this.url),
+          `held by ${old.holder ?? 'an unnamed server'}, lease until ${old.until?.toISOString() ?? '?'}; its connection: backend pid ${old.holder_pid}${alive.addr ? ` from ${alive.addr}` : ' over the local socket'}, since ${alive.since.toISOString()}`,
+          old.holder,
+        );
+      }
+      const { rows: taken } = await client.query<{ epoch: string }>(
+        `UPDATE log_writer SET epoch = epoch + 1, opened_at = now(), holder = $1, holder_pid = pg_backend_pid(),
+                expires_at = now() + make_interval(secs => $2) RETURNING epoch`,
+        [this.holder, this.leaseS],
+      );
+      await client.query('COMMIT');
+      this.epoch = Number(taken[0]!.epoch);
+      this.previous = { holder: old.holder, epoch: Number(old.epoch), expired: old.expired };
+      if (alive) {
+        // Its lease ran out but its connection lives (a paused process): end it. The epoch
+        // already fences it; this frees what the session holds.
+        await client.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND application_name = $2", [old.holder_pid, LOG_APPLICATION]).catch(() => undefined);
+      }
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Renews the lease; once it is lost (fenced, or run out while the log is failed), says so once. */
+  private async renew(): Promise<void> {
+    if (this.renewing || this.closed || this.lost) return;
+    this.renewing = true;
+    try {
+      if (this.failure) {
+        // A failed log renews nothing: its lease runs out and a replica (this one, after
+        // stepping down, or another) takes over with a fresh replay.
+        const now = await this.leaseRow();
+        if (now && (now.epoch !== this.epoch || !now.valid)) this.lose(now, this.failure.message);
+        return;
+      }
+      const client = (this.client ??= await this.reconnect());
+      const { rowCount } = await client.query('UPDATE log_writer SET expires_at = now() + make_interval(secs => $2) WHERE epoch = $1 AND expires_at > now()', [this.epoch, this.leaseS]);
+      if (rowCount === 0) throw new WriterFencedError(this.epoch);
+    } catch (err) {
+      if (err instanceof WriterFencedError) await this.fenced(err);
+      // Anything else (the database away for a moment) is retried at the next tick; the
+      // commits' own fence keeps a lease that ran out meanwhile from being written under.
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  /** The lease row as it is now, read on a connection of its own; null if unreadable. */
+  private async leaseRow(): Promise<{ epoch: number; holder: string | null; valid: boolean } | null> {
+    let client: pg.Client | null = null;
+    try {
+      client = await connectClient(this.url, LOG_APPLICATION);
+      const { rows } = await client.query<{ epoch: string; holder: string | null; valid: boolean }>('SELECT epoch, holder, coalesce(expires_at > now(), false) AS valid FROM log_writer');
+      const r = rows[0]!;
+      return { epoch: Number(r.epoch), holder: r.holder, valid: r.valid };
+    } catch {
+      return null;
+    } finally {
+      await client?.end().catch(() => undefined);
+    }
+  }
+
+  private async fenced(err: WriterFencedError): Promise<void> {
+    if (!this.failure) {
+      this.failure = err;
+      this.rejectQueued();
+    }
+    const now = await this.leaseRow();
+    this.lose(now, err.message);
+  }
+
+  private lose(now: { epoch: number; holder: string | null } | null, reason: string): void {
+    if (this.lost || this.closed) return;
+    this.lost = { epoch: this.epoch, newEpoch: now && now.epoch !== this.epoch ? now.epoch : null, holder: now && now.epoch !== this.epoch ? now.holder : null, reason };
+    if (this.renewTimer) clearInterval(this.renewTimer);
+    this.onLost(this.lost);
   }
 
   /** `only`: the tasks to replay (the rest are archived); null: every task. */
@@ -249,13 +376,13 @@ export class PgEventLog implements EventLog {
     }
     try {
       if (lines.length > 0) {
-        const client = (this.client ??= await this.connectWriter());
+        const client = (this.client ??= await this.reconnect());
         // One statement: one round trip and one transaction. The fence row is held (FOR
-        // SHARE) so that a start bumping the epoch waits for this commit, and sees it in
-        // its replay; a commit after such a start inserts nothing.
+        // SHARE) so that a takeover bumping the epoch waits for this commit, and sees it in
+        // its replay; a commit after a takeover, or once the lease ran out, inserts nothing.
         const { rows } = await client.query<{ stored: number }>(
           `WITH fence AS (
-             SELECT epoch FROM log_writer WHERE epoch = $1 FOR SHARE
+             SELECT epoch FROM log_writer WHERE epoch = $1 AND expires_at > now() FOR SHARE
            ), new_tasks AS (
              INSERT INTO log_tasks (task_id, created_ts)
              SELECT * FROM unnest($2::text[], $3::float8[]) WHERE EXISTS (SELECT 1 FROM fence)
@@ -277,6 +404,7 @@ export class PgEventLog implements EventLog {
       const error = new EventLogFailedError(this.failure);
       for (const w of waiters) w.reject(error);
       this.rejectQueued();
+      if (err instanceof WriterFencedError) void this.fenced(err);
       return;
     }
     for (const { task, rows } of taken) for (const { line } of rows) task.lines.push(line);
@@ -323,7 +451,7 @@ export class PgEventLog implements EventLog {
   async readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]> {
     if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
     // On the log's own connection: an archived task is read rarely, and in one statement.
-    const client = (this.client ??= await this.connectWriter());
+    const client = (this.client ??= await this.reconnect());
     const { rows } = await client.query<{ body: string }>('SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3', [taskId, since, limit]);
     return rows.map((r) => JSON.parse(r.body) as StoredEvent);
   }
@@ -346,15 +474,27 @@ export class PgEventLog implements EventLog {
     await durable;
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+  private closing: Promise<void> | null = null;
+
+  close(): Promise<void> {
+    return (this.closing ??= this.closeOnce());
+  }
+
+  private async closeOnce(): Promise<void> {
+    if (this.renewTimer) clearInterval(this.renewTimer);
     try {
       await this.flush();
     } finally {
-      // Ending the session releases the writer lock.
+      this.closed = true;
       const client = this.client;
       this.client = null;
+      // A clean stop hands the lease on at once: a standby listening takes over without
+      // waiting for it to run out. Only a lease still this log's is released.
+      if (client && this.epoch > 0 && !this.lost) {
+        await client
+          .query("UPDATE log_writer SET expires_at = now() WHERE epoch = $1 AND expires_at > now() RETURNING pg_notify('beidou_lease', 'released')", [this.epoch])
+          .catch(() => undefined);
+      }
       await client?.end().catch(() => undefined);
     }
   }
@@ -395,19 +535,29 @@ async function liveTasks(client: pg.Client, archived: ReadonlySet<string>): Prom
   return rows.map((r) => r.task_id).filter((id) => !archived.has(id));
 }
 
-/** Who holds the writer lock, for the refusal: its address and since when. */
-async function lockHolder(client: pg.Client): Promise<string | null> {
-  try {
-    const { rows } = await client.query<{ pid: number; addr: string | null; since: Date }>(
-      `SELECT a.pid, host(a.client_addr) AS addr, a.backend_start AS since
-         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'advisory' AND l.classid = $1 AND l.objid = $2 AND l.granted`,
-      [LOCK_NAMESPACE, WRITER_LOCK],
-    );
-    const r = rows[0];
-    if (!r) return null;
-    return `its connection: backend pid ${r.pid}${r.addr ? ` from ${r.addr}` : ' over the local socket'}, since ${r.since.toISOString()}`;
-  } catch {
-    return null;
-  }
+/** The lease lost: the epoch this log wrote under, the one now (and its holder) if another took it, and why. */
+export interface LeaseLost {
+  epoch: number;
+  newEpoch: number | null;
+  holder: string | null;
+  reason: string;
+}
+
+export interface LeaseOptions {
+  /** This writer's name in the lease row (default: host name and pid). */
+  holder?: string;
+  /** The lease's length in seconds (`BEIDOU_LEASE_S`, default 3); renewed every third of it. */
+  leaseS?: number;
+  /** Called once when the lease is lost: the owner must stop serving. */
+  onLost?: (lost: LeaseLost) => void;
+}
+
+export function defaultHolder(): string {
+  return `${os.hostname()}:${process.pid}`;
+}
+
+/** A backend by pid, if it is still connected: its address and start, for the refusal. */
+async function backend(client: pg.Client, pid: number): Promise<{ addr: string | null; since: Date } | null> {
+  const { rows } = await client.query<{ addr: string | null; since: Date }>('SELECT host(client_addr) AS addr, backend_start AS since FROM pg_stat_activity WHERE pid = $1', [pid]);
+  return rows[0] ?? null;
 }

@@ -100,7 +100,22 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
-    // 4 is the replicas' lease; versions need not be contiguous (each missing one is applied).
+    version: 4,
+    name: 'lease',
+    sql: `
+      -- The writer row becomes the lease of the one active replica: who holds it (a name
+      -- of the replica, also in its connections' application_name), the backend pid of its
+      -- log connection, and until when. The active renews expires_at; every commit checks
+      -- epoch and expiry in its own statement; a standby takes over only once the lease has
+      -- expired (or its holder's log connection is gone), ending the holder's connections
+      -- and bumping the epoch.
+      ALTER TABLE log_writer
+        ADD COLUMN holder text,
+        ADD COLUMN holder_pid integer,
+        ADD COLUMN expires_at timestamptz;
+    `,
+  },
+  {
     version: 5,
     name: 'archive index',
     sql: `

@@ -17,6 +17,12 @@ export function readOrCreateSecretFile(file: string, make: () => string): string
   return value;
 }
 
+/** Writes a secret given from outside (the environment) to its file, mode 0600. */
+export function writeSecretFile(file: string, value: string): void {
+  writeFileSync(file, value + '\n', { mode: 0o600, flag: 'w' });
+  chmodSync(file, 0o600);
+}
+
 export const newAdminToken = () => `bdu_admin_${randomBytes(24).toString('base64url')}`;
 export const newSigningSecret = () => randomBytes(48).toString('base64url');
 

@@ -106,6 +106,14 @@ export class PgRollups implements RollupStore {
     await this.flush();
   }
 
+  /** Drops the pending batch unwritten (a replica stepping down: its state may be ahead of the log). */
+  async discard(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.touched = new TouchedRows();
+    await this.writing;
+  }
+
   /** The rows of everything touched, as they are now; the next batch starts empty. */
   private take(): { rows: Rows; ids: TouchedRows } {
     const touched = this.touched;

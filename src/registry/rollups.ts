@@ -19,6 +19,8 @@ export interface RollupStore {
   /** Writes the pending batch now. */
   flush(): Promise<void>;
   close(): Promise<void>;
+  /** Drops the pending batch unwritten (a replica stepping down); where absent, `close`. */
+  discard?(): Promise<void>;
 }
 
 /** The entities an event touched, by kind: what a batch rewrites. */

@@ -44,7 +44,9 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
   const api = Router();
 
   api.get('/health', (_req, res) => {
-    res.json({ ok: true, version: VERSION });
+    // `role`: a load balancer's health check (HAProxy's `option httpchk GET /api/health`)
+    // routes to the replica answering 200; a standby answers 503 (server/standby.ts).
+    res.json({ ok: true, version: VERSION, role: 'active' });
   });
 
   // The token first, the body after: a request without a valid token costs no body read.

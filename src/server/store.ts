@@ -3,7 +3,7 @@ import type { Config, homePaths } from '../config.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
 import type { EventLog } from '../events/log.js';
 import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from '../events/pg-connect.js';
-import { PgEventLog } from '../events/pg-log.js';
+import { PgEventLog, type LeaseOptions } from '../events/pg-log.js';
 import { migrate, type MigrationReport } from '../events/pg-schema.js';
 import type { ArchiveIndex } from '../registry/archive.js';
 import { SqliteArchiveIndex } from '../registry/archive-index.js';
@@ -37,7 +37,8 @@ export interface Store {
   close(): Promise<void>;
 }
 
-export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: ReturnType<typeof homePaths>, clock: Clock): Promise<Store> {
+/** `lease`: with a database URL, the log's lease (its holder's name, length, and what to do once it is lost). */
+export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: ReturnType<typeof homePaths>, clock: Clock, lease: LeaseOptions = {}): Promise<Store> {
   const url = config.databaseUrl;
   if (!url) {
     return {
@@ -72,7 +73,7 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
   return {
     kind: 'postgres',
     where: describeDatabaseUrl(url),
-    log: new PgEventLog(url, clock),
+    log: new PgEventLog(url, clock, lease),
     plans: new PgPlanStore(pool, clock),
     archive: () => new PgArchiveIndex(pool),
     rollups: (state, onError) => new PgRollups(pool, state, onError),

@@ -51,7 +51,17 @@ export async function dropCreatedDatabases(): Promise<void> {
 
 /** What a server (in process or a child) needs in its environment to use this home's store. */
 export async function storeEnv(home: string): Promise<Record<string, string>> {
-  return STORE === 'postgres' ? { BEIDOU_DATABASE_URL: await databaseUrlFor(home) } : {};
+  return STORE === 'postgres' ? { BEIDOU_DATABASE_URL: await databaseUrlFor(home), ...replicaSecrets(home) } : {};
+}
+
+/**
+ * With a database URL the server takes its signing secret and admin token from the
+ * environment (every replica the same); a home's are derived from its path, so a restart
+ * on that home, or a second replica given them, signs and checks alike.
+ */
+export function replicaSecrets(home: string): { BEIDOU_SECRET: string; BEIDOU_ADMIN_TOKEN: string } {
+  const of = (what: string) => createHash('sha256').update(`${what}:${path.resolve(home)}`).digest('base64url');
+  return { BEIDOU_SECRET: of('secret') + of('secret2'), BEIDOU_ADMIN_TOKEN: `bdu_admin_${of('admin')}` };
 }
 
 /** Runs `fn` on the home's database (postgres only). */
