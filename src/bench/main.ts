@@ -10,6 +10,7 @@ import { definePrimitive, type AnyPrimitive } from '../primitives/define.js';
 import { PRIMITIVES } from '../primitives/index.js';
 import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
+import { createDatabase, startPostgres } from '../testkit/postgres.js';
 import type { Figures, Job } from './clients.js';
 import { historyStart, type StartFigure } from './history.js';
 import { largestRequests } from './limits.js';
@@ -20,13 +21,15 @@ import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
  * concurrent agents next to a no-op tool on the same stack (the floor), send→delivery
  * latency next to the floor's round trip, 1,000 connected agents, and replay of 100,000
  * events on start, the event-loop block of the largest requests the limits allow, and how
- * long a message takes to wake an idle Claude Code session (section 6, needs tmux).
+ * long a message takes to wake an idle Claude Code session (section 6, needs tmux), the start
+ * of a home with a long history (section 7), and section 1's send_message on the PostgreSQL
+ * store (section 8; both start a real PostgreSQL from Debian's binaries).
  * Clients run in a child process (section 5 runs one in process). Figures, not assertions.
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8').split(','));
 /** Section 7: the history a home holds (ended tasks, events per task), the stores, and the starts with the index per store. */
 const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
 const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
@@ -194,6 +197,27 @@ async function main(): Promise<void> {
       h.withIndex.forEach((f, i) => console.log(line(`${store}, with the index, run ${i + 1}`, f)));
     }
     console.log('');
+  }
+
+  if (ONLY.has('8')) {
+    // Section 1 on the PostgreSQL store: a real server the bench starts (Debian's binaries),
+    // the same team and clients; the floor is measured on the same server, so the ratio
+    // says what the store's commit costs a call.
+    const postgres = await startPostgres();
+    try {
+      await createDatabase(postgres.url('postgres'), 'beidou_bench_send');
+      const env = { BEIDOU_DATABASE_URL: postgres.url('beidou_bench_send'), BEIDOU_SECRET: 'bench-secret-'.padEnd(40, 'x'), BEIDOU_ADMIN_TOKEN: 'bench-admin-'.padEnd(40, 'x') };
+      await withServer(async (server) => {
+        console.log(`8. ${AGENTS} concurrent agents on the PostgreSQL store, ${SECONDS} s each`);
+        const { ids, tokens } = await team(server, AGENTS);
+        const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
+        const floor = report('bench_noop (floor)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'bench_noop', seconds: SECONDS }));
+        const send = report('send_message (postgres)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'send_message', seconds: SECONDS }));
+        console.log(`  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`);
+      }, env);
+    } finally {
+      await postgres.stop();
+    }
   }
 
   if (!ONLY.has('4')) return;
