@@ -169,6 +169,18 @@ describe('PgEventLog', () => {
     );
   });
 
+  it('a holder whose lease ran out with no takeover (a renewal late behind a long commit) keeps writing and renews: only the epoch fences', async () => {
+    const db = await migrated();
+    const log = await openLog(db.url);
+    await log.append([message('tsk_late', 1)]).durable;
+    // As if the renewals had waited behind a commit longer than the lease: it has run out.
+    await withClient(db.url, (c) => c.query("UPDATE log_writer SET expires_at = now() - interval '1 second'"));
+    await log.append([message('tsk_late', 2)]).durable;
+    expect(log.durableSeq('tsk_late')).toBe(2);
+    const stored = await withClient(db.url, async (c) => (await c.query<{ n: number }>("SELECT count(*)::int AS n FROM events WHERE task_id = 'tsk_late'")).rows[0]!.n);
+    expect(stored).toBe(2);
+  });
+
   it('an idle connection that drops is replaced at the next commit; if another server opened the database meanwhile, the epoch refuses it', async () => {
     const db = await migrated();
     const log = await openLog(db.url);

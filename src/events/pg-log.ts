@@ -50,7 +50,11 @@ const REPLAY_PAGE = 5_000;
  * holder's log connection, bumps the epoch, and replays; a lease held by a live writer is
  * refused (`DatabaseInUseError`: a replica stays a standby). The holder renews the lease
  * every third of its length; every commit holds the row and inserts only if the epoch is
- * still its own and the lease unexpired, and the primary key refuses a seq already taken.
+ * still its own, and the primary key refuses a seq already taken. The expiry says only
+ * when a standby may take over; the epoch is the fence. A takeover bumps it holding the row,
+ * so a commit in flight lands first (and is in the taker's replay) and none of the old
+ * epoch lands after. A holder that was merely late (a long commit ahead of its renewal, a
+ * paused event loop) and that no one has taken over from keeps writing and renews.
  * An advisory lock would not do: a paused (SIGSTOPped) process keeps its connection and
  * its lock, where its lease runs out. If the connection drops while idle, the next commit
  * reconnects and re-checks the fence. A commit that fails (connection lost, key or fence
@@ -117,7 +121,7 @@ export class PgEventLog implements EventLog {
    */
   private async reconnect(): Promise<pg.Client> {
     const client = await this.connect();
-    const { rowCount } = await client.query('UPDATE log_writer SET holder_pid = pg_backend_pid() WHERE epoch = $1 AND expires_at > now()', [this.epoch]);
+    const { rowCount } = await client.query('UPDATE log_writer SET holder_pid = pg_backend_pid() WHERE epoch = $1', [this.epoch]);
     if (rowCount === 0) {
       await client.end().catch(() => undefined);
       throw new WriterFencedError(this.epoch);
@@ -197,12 +201,13 @@ export class PgEventLog implements EventLog {
         return;
       }
       const client = (this.client ??= await this.reconnect());
-      const { rowCount } = await client.query('UPDATE log_writer SET expires_at = now() + make_interval(secs => $2) WHERE epoch = $1 AND expires_at > now()', [this.epoch, this.leaseS]);
+      // By epoch alone: a renewal that comes late, with no takeover meanwhile, still holds.
+      const { rowCount } = await client.query('UPDATE log_writer SET expires_at = now() + make_interval(secs => $2) WHERE epoch = $1', [this.epoch, this.leaseS]);
       if (rowCount === 0) throw new WriterFencedError(this.epoch);
     } catch (err) {
       if (err instanceof WriterFencedError) await this.fenced(err);
-      // Anything else (the database away for a moment) is retried at the next tick; the
-      // commits' own fence keeps a lease that ran out meanwhile from being written under.
+      // Anything else (the database away for a moment) is retried at the next tick; if a
+      // standby took over meanwhile, the epoch refuses the next commit and the renewal.
     } finally {
       this.renewing = false;
     }
@@ -379,10 +384,10 @@ export class PgEventLog implements EventLog {
         const client = (this.client ??= await this.reconnect());
         // One statement: one round trip and one transaction. The fence row is held (FOR
         // SHARE) so that a takeover bumping the epoch waits for this commit, and sees it in
-        // its replay; a commit after a takeover, or once the lease ran out, inserts nothing.
+        // its replay; a commit after a takeover inserts nothing.
         const { rows } = await client.query<{ stored: number }>(
           `WITH fence AS (
-             SELECT epoch FROM log_writer WHERE epoch = $1 AND expires_at > now() FOR SHARE
+             SELECT epoch FROM log_writer WHERE epoch = $1 FOR SHARE
            ), new_tasks AS (
              INSERT INTO log_tasks (task_id, created_ts)
              SELECT * FROM unnest($2::text[], $3::float8[]) WHERE EXISTS (SELECT 1 FROM fence)
