@@ -37,7 +37,7 @@ async function serve(home: string, url: string): Promise<{ child: CliChild; url:
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) throw new Error(`unexpected first line: ${first}\n${child.stderr}`);
-  const role = await child.waitForLine((_l, i) => i === 1);
+  const role = await child.waitForLine((_l, i) => i === 2);
   return { child, url: m[1]!, role };
 }
 

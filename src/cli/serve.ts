@@ -31,8 +31,11 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
     fail(`cannot start: ${(err as Error).message}`, 1);
   }
   process.stdout.write(`beidou listening on ${server.url}\n`);
+  process.stdout.write(
+    server.adminTokenFile ? `admin token in ${server.adminTokenFile}\n` : 'admin token from BEIDOU_ADMIN_TOKEN\n',
+  );
   if (server.store.kind === 'postgres') {
-    // One replica of several on the database: which one it is now (changes are logged).
+    // A third line, after the two every server prints: which replica of several this one is now (changes are logged).
     const { holder, epoch } = server.lease();
     process.stdout.write(
       server.role() === 'active'
@@ -40,9 +43,6 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
         : `role: standby (the lease is held by ${holder ?? 'another replica'}; taking over when it expires)\n`,
     );
   }
-  process.stdout.write(
-    server.adminTokenFile ? `admin token in ${server.adminTokenFile}\n` : 'admin token from BEIDOU_ADMIN_TOKEN\n',
-  );
   const stop = () => {
     server.close().then(
       () => process.exit(0),

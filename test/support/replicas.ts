@@ -15,7 +15,7 @@ export interface Replica {
   child: CliChild;
   home: string;
   url: string;
-  /** The second line it printed: `role: active (...)` or `role: standby (...)`. */
+  /** The third line it printed: `role: active (...)` or `role: standby (...)`. */
   role: string;
   pid: number;
 }
@@ -34,7 +34,7 @@ export async function startReplica(databaseUrl: string, env: Record<string, stri
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) throw new Error(`unexpected first line: ${first}\n${child.stderr}`);
-  const role = await child.waitForLine((_l, i) => i === 1);
+  const role = await child.waitForLine((_l, i) => i === 2);
   return { child, home, url: m[1]!, role, pid: child.proc.pid! };
 }
 
