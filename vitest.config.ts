@@ -37,6 +37,13 @@ const NO_STORE = [
   'test/wake-units.test.ts',
 ];
 
+/**
+ * The real Claude Code under tmux: what these check is Claude Code's side (hooks, the relay,
+ * the doorbell, attach). The inbox and its stream they read are in the matrix through
+ * messaging, inbox-stream and delivery; run twice they would add some five minutes to CI.
+ */
+const CLAUDE_CODE = ['test/wake.test.ts', 'test/wake-faults.test.ts', 'test/wake-hostile.test.ts', 'test/attach.test.ts', 'test/claude.test.ts'];
+
 /** The PostgreSQL store's own guarantees (group commit, the key fence, migrations, a cut connection). */
 const POSTGRES_ONLY = ['test/pg-*.test.ts'];
 
@@ -60,7 +67,7 @@ export default defineConfig({
         test: {
           name: 'postgres',
           include: ['test/**/*.test.ts'],
-          exclude: [...CHAOS, ...Object.keys(EMBEDDED_ONLY), ...NO_STORE],
+          exclude: [...CHAOS, ...Object.keys(EMBEDDED_ONLY), ...NO_STORE, ...CLAUDE_CODE],
           ...postgres,
           // After the embedded run rather than beside it: on two cores the timing-sensitive
           // files of either would otherwise compete with twice the load.
