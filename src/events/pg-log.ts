@@ -87,6 +87,8 @@ export class PgEventLog implements EventLog {
   private lost: LeaseLost | null = null;
   /** The lease this log took over at open: who held it before, and their epoch. */
   previous: { holder: string | null; epoch: number; expired: boolean } | null = null;
+  /** While a standby's log follows the active's commits (`follow`), until `promote`. */
+  private follower: Follower | null = null;
 
   constructor(
     private readonly url: string,
@@ -245,14 +247,16 @@ export class PgEventLog implements EventLog {
   }
 
   /** `only`: the tasks to replay (the rest are archived); null: every task. */
-  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void, only: string[] | null): Promise<ReplayReport> {
+  /** `only`: the tasks to replay (the rest are archived); null: every task. `upTo`: the last position to read (a follower reads the rest as it follows). */
+  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void, only: string[] | null, upTo: number | null = null): Promise<ReplayReport> {
     const report: ReplayReport = { cut: [], quarantined: [], archived: [] };
     let after: [string, number] = ['', 0];
+    const bound = upTo === null ? '' : ` AND pos <= ${Math.trunc(upTo)}`;
     for (;;) {
       const { rows } = await client.query<{ task_id: string; seq: number; body: string }>(
         only
-          ? 'SELECT task_id, seq, body::text AS body FROM events WHERE task_id = ANY($4::text[]) AND (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3'
-          : 'SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3',
+          ? `SELECT task_id, seq, body::text AS body FROM events WHERE task_id = ANY($4::text[]) AND (task_id, seq) > ($1, $2)${bound} ORDER BY task_id, seq LIMIT $3`
+          : `SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2)${bound} ORDER BY task_id, seq LIMIT $3`,
         only ? [after[0], after[1], REPLAY_PAGE, only] : [after[0], after[1], REPLAY_PAGE],
       );
       for (const row of rows) {
@@ -299,8 +303,158 @@ export class PgEventLog implements EventLog {
     return task;
   }
 
+  /**
+   * A standby's open: replays as `open` does but takes no lease, then follows the active's
+   * commits (each sends `NOTIFY beidou_events`; the rows past the last position applied are
+   * read in position order, which is commit order), so a takeover only reads what the last
+   * moments added (`promote`). Appending is refused until then. A row the follower cannot
+   * apply as the next of its task (tampering, or a history it does not match) stops the
+   * following (`following().diverged`): the owner then takes over with a fresh `open`.
+   */
+  async follow(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
+    const client = await this.connect();
+    this.client = client;
+    try {
+      const { rows } = await client.query<{ pos: string }>('SELECT coalesce(max(pos), 0) AS pos FROM events');
+      const upTo = Number(rows[0]!.pos);
+      const archived = options.archived?.size ? await matchingMarks(client, options.archived) : [];
+      for (const taskId of archived) this.archived.add(taskId);
+      const report = await this.replay(client, onEvent, archived.length > 0 ? await liveTasks(client, this.archived) : null, upTo);
+      report.archived = archived;
+      this.follower = { onEvent, position: upTo, events: 0, pulling: null, again: false, diverged: null };
+      await this.listenForCommits(client);
+      return report;
+    } catch (err) {
+      this.client = null;
+      this.follower = null;
+      await client.end().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private async listenForCommits(client: pg.Client): Promise<void> {
+    client.on('notification', (n) => {
+      // A pull that fails (the connection lost) is retried at the owner's next `pull`.
+      if (n.channel === 'beidou_events' && this.client === client) this.pull().catch(() => undefined);
+    });
+    await client.query('LISTEN beidou_events');
+  }
+
+  /** What a following log has applied (null once promoted, or if it never followed). */
+  following(): { position: number; events: number; diverged: string | null } | null {
+    const f = this.follower;
+    return f ? { position: f.position, events: f.events, diverged: f.diverged } : null;
+  }
+
+  /**
+   * Applies every row committed past the last position read; at most one pull at a time
+   * (a notification during one runs another after it). Resolves when caught up with what
+   * was committed when it last looked; a lost connection is replaced (and LISTENs again).
+   */
+  pull(): Promise<void> {
+    const f = this.follower;
+    if (!f || f.diverged || this.closed) return Promise.resolve();
+    if (f.pulling) {
+      f.again = true;
+      return f.pulling;
+    }
+    f.pulling = (async () => {
+      try {
+        do {
+          f.again = false;
+          await this.pullOnce(f);
+        } while (f.again && !f.diverged && !this.closed && this.follower === f);
+      } finally {
+        f.pulling = null;
+      }
+    })();
+    return f.pulling;
+  }
+
+  private async pullOnce(f: Follower): Promise<void> {
+    let client = this.client;
+    if (!client) {
+      client = await this.connect();
+      if (this.closed || this.follower !== f) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      this.client = client;
+      await this.listenForCommits(client);
+    }
+    for (;;) {
+      const { rows } = await client.query<{ task_id: string; seq: number; body: string; pos: string }>(
+        'SELECT task_id, seq, body::text AS body, pos FROM events WHERE pos > $1 ORDER BY pos LIMIT $2',
+        [f.position, REPLAY_PAGE],
+      );
+      for (const row of rows) {
+        if (this.archived.has(row.task_id)) {
+          f.diverged = `an event (seq ${row.seq}) of task ${row.task_id}, which this replica holds as archived`;
+          return;
+        }
+        const task = this.taskLog(row.task_id);
+        if (!task.quarantined) {
+          const problem = this.replayRow(task, row, f.onEvent);
+          if (problem) {
+            f.diverged = `task ${row.task_id}, seq ${row.seq}: ${problem}`;
+            return;
+          }
+          f.events++;
+        }
+        f.position = Number(row.pos);
+      }
+      if (rows.length < REPLAY_PAGE) return;
+    }
+  }
+
+  /**
+   * A following log becomes the writer: takes the lease as `open` does (refused with
+   * `DatabaseInUseError` while the active holds it, and the log keeps following), then reads
+   * the rows committed before the takeover (nothing else can land now) and starts renewing.
+   * Resolves with the events this last read applied. A follower that diverged refuses
+   * (`FollowerDivergedError`) before taking anything.
+   */
+  async promote(): Promise<{ caughtUp: number; followed: number }> {
+    const f = this.follower;
+    if (!f) throw new Error('promote() is for a log opened with follow()');
+    const before = f.events;
+    // Most of what is new is read before the lease is taken (a refusal leaves the log following).
+    await this.pull();
+    if (f.diverged) throw new FollowerDivergedError(f.diverged);
+    const client = (this.client ??= await this.connect());
+    await this.acquire(client);
+    try {
+      await client.query('UNLISTEN beidou_events');
+      await this.pull();
+      if (f.diverged) throw new FollowerDivergedError(f.diverged);
+    } catch (err) {
+      // The lease was taken but the history could not be caught up: hand it on at once
+      // (this replica or another takes over with a fresh replay).
+      this.follower = null;
+      await this.close().catch(() => undefined);
+      throw err;
+    }
+    this.follower = null;
+    this.renewTimer = setInterval(() => void this.renew(), (this.leaseS * 1000) / 3);
+    this.renewTimer.unref();
+    return { caughtUp: f.events - before, followed: before };
+  }
+
+  /**
+   * A follower unloads a task the active archived (its index entry's mark matches what
+   * this log holds), so a standby's memory stays bounded by live work too.
+   */
+  forget(taskId: string, mark: ArchiveMark): boolean {
+    const task = this.tasks.get(taskId);
+    if (!task || task.quarantined || task.lines.length !== mark.lastSeq || task.pending.length > 0) return false;
+    this.tasks.delete(taskId);
+    this.archived.add(taskId);
+    return true;
+  }
+
   append(drafts: readonly EventDraft[]): AppendResult {
     if (this.failure) throw new EventLogFailedError(this.failure);
+    if (this.follower) throw new EventLogFailedError(new Error('this log follows the active replica and holds no lease: it cannot append'));
     // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
     const heads: string[] = new Array(drafts.length);
     const bodies: string[] = new Array(drafts.length);
@@ -397,7 +551,8 @@ export class PgEventLog implements EventLog {
              WHERE EXISTS (SELECT 1 FROM fence)
              RETURNING 1
            )
-           SELECT count(*)::int AS stored FROM stored`,
+           -- Standbys following the log are told at commit (NOTIFY is sent only if it commits).
+           SELECT (SELECT count(*)::int FROM stored) AS stored, pg_notify('beidou_events', $1::text) AS told`,
           [this.epoch, newTasks, newTaskTs, taskIds, seqs, tss, names, lines],
         );
         if (rows[0]!.stored !== lines.length) throw new WriterFencedError(this.epoch);
@@ -503,6 +658,25 @@ export class PgEventLog implements EventLog {
       await client?.end().catch(() => undefined);
     }
   }
+}
+
+/** A standby's log that stopped following (a row it could not apply): it cannot take over warm. */
+export class FollowerDivergedError extends Error {
+  constructor(readonly reason: string) {
+    super(`this standby stopped following the log (${reason}); taking over needs a fresh replay`);
+  }
+}
+
+interface Follower {
+  onEvent: (event: StoredEvent) => void;
+  /** The last position (`events.pos`) applied or skipped. */
+  position: number;
+  /** Events applied since the replay at `follow`. */
+  events: number;
+  pulling: Promise<void> | null;
+  /** A notification came during a pull: pull again after it. */
+  again: boolean;
+  diverged: string | null;
 }
 
 /** Another server opened the database after this one: its commits are refused. */
