@@ -157,20 +157,8 @@ export class PgEventLog implements EventLog {
    */
   private async acquire(client: pg.Client): Promise<void> {
     await client.query('BEGIN');
-    let old: { epoch: string; holder: string | null; holder_pid: number | null; expired: boolean; until: Date | null };
     try {
-      const { rows } = await client.query<typeof old>(
-        'SELECT epoch, holder, holder_pid, (expires_at IS NULL OR expires_at <= now()) AS expired, expires_at AS until FROM log_writer FOR UPDATE',
-      );
-      old = rows[0]!;
-      const alive = old.holder_pid === null ? null : await backend(client, old.holder_pid);
-      if (!old.expired && alive) {
-        throw new DatabaseInUseError(
-          describeDatabaseUrl(this.url),
-          `held by ${old.holder ?? 'an unnamed server'}, lease until ${old.until?.toISOString() ?? '?'}; its connection: backend pid ${old.holder_pid}${alive.addr ? ` from ${alive.addr}` : ' over the local socket'}, since ${alive.since.toISOString()}`,
-          old.holder,
-        );
-      }
+      const { old, alive } = await this.leaseHeld(client, 'FOR UPDATE');
       const { rows: taken } = await client.query<{ epoch: string }>(
         `UPDATE log_writer SET epoch = epoch + 1, opened_at = now(), holder = $1, holder_pid = pg_backend_pid(),
                 expires_at = now() + make_interval(secs => $2) RETURNING epoch`,
@@ -188,6 +176,27 @@ export class PgEventLog implements EventLog {
       await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * The lease row and whether its holder's log connection is alive; refuses with
+   * `DatabaseInUseError` while the lease is valid and held by a live connection. A
+   * follower's poll asks without a lock (a row lock would hold up the active's commits).
+   */
+  private async leaseHeld(client: pg.Client, lock: 'FOR UPDATE' | '') {
+    const { rows } = await client.query<{ epoch: string; holder: string | null; holder_pid: number | null; expired: boolean; until: Date | null }>(
+      `SELECT epoch, holder, holder_pid, (expires_at IS NULL OR expires_at <= now()) AS expired, expires_at AS until FROM log_writer ${lock}`,
+    );
+    const old = rows[0]!;
+    const alive = old.holder_pid === null ? null : await backend(client, old.holder_pid);
+    if (!old.expired && alive) {
+      throw new DatabaseInUseError(
+        describeDatabaseUrl(this.url),
+        `held by ${old.holder ?? 'an unnamed server'}, lease until ${old.until?.toISOString() ?? '?'}; its connection: backend pid ${old.holder_pid}${alive.addr ? ` from ${alive.addr}` : ' over the local socket'}, since ${alive.since.toISOString()}`,
+        old.holder,
+      );
+    }
+    return { old, alive };
   }
 
   /** Renews the lease; once it is lost (fenced, or run out while the log is failed), says so once. */
@@ -422,6 +431,7 @@ export class PgEventLog implements EventLog {
     await this.pull();
     if (f.diverged) throw new FollowerDivergedError(f.diverged);
     const client = (this.client ??= await this.connect());
+    await this.leaseHeld(client, ''); // refused without a lock while the active holds the lease
     await this.acquire(client);
     try {
       await client.query('UNLISTEN beidou_events');
