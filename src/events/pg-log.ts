@@ -14,6 +14,7 @@ import {
   type OpenOptions,
   type ReplayReport,
 } from './log.js';
+import { GroupCommit } from './group-commit.js';
 import { eventLine } from './log-file.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './pg-connect.js';
 
@@ -27,11 +28,6 @@ interface TaskLog {
   assigned: number;
   /** Failed verification at start: read-only, its trusted prefix still readable. */
   quarantined: boolean;
-}
-
-interface Waiter {
-  resolve: () => void;
-  reject: (err: Error) => void;
 }
 
 /** Rows read per query at start. */
@@ -71,11 +67,12 @@ export class PgEventLog implements EventLog {
   private readonly listeners = new Map<string, Set<EventListener>>();
   /** Ended tasks whose rows are not held in memory (unloaded, or skipped at open). */
   private readonly archived = new Set<string>();
-  private waiters: Waiter[] = [];
-  private dirty = new Set<TaskLog>();
-  private committing: Promise<void> | null = null;
-  private scheduled = false;
-  private failure: Error | null = null;
+  private readonly commits = new GroupCommit<TaskLog>(
+    (batch) => this.write(batch),
+    (unwritten) => {
+      for (const task of unwritten) task.pending = [];
+    },
+  );
   private client: pg.Client | null = null;
   private epoch = 0;
   private closed = false;
@@ -204,11 +201,12 @@ export class PgEventLog implements EventLog {
     if (this.renewing || this.closed || this.lost) return;
     this.renewing = true;
     try {
-      if (this.failure) {
+      const failure = this.commits.failure;
+      if (failure) {
         // A failed log renews nothing: its lease runs out and a replica (this one, after
         // stepping down, or another) takes over with a fresh replay.
         const now = await this.leaseRow();
-        if (now && (now.epoch !== this.epoch || !now.valid)) this.lose(now, this.failure.message);
+        if (now && (now.epoch !== this.epoch || !now.valid)) this.lose(now, failure.message);
         return;
       }
       const client = (this.client ??= await this.reconnect());
@@ -240,10 +238,7 @@ export class PgEventLog implements EventLog {
   }
 
   private async fenced(err: WriterFencedError): Promise<void> {
-    if (!this.failure) {
-      this.failure = err;
-      this.rejectQueued();
-    }
+    this.commits.fail(err);
     const now = await this.leaseRow();
     this.lose(now, err.message);
   }
@@ -463,7 +458,7 @@ export class PgEventLog implements EventLog {
   }
 
   append(drafts: readonly EventDraft[]): AppendResult {
-    if (this.failure) throw new EventLogFailedError(this.failure);
+    if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
     if (this.follower) throw new EventLogFailedError(new Error('this log follows the active replica and holds no lease: it cannot append'));
     // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
     const heads: string[] = new Array(drafts.length);
@@ -483,6 +478,7 @@ export class PgEventLog implements EventLog {
     }
     const ts = this.clock.now();
     const events: StoredEvent[] = [];
+    const touched = new Set<TaskLog>();
     for (let i = 0; i < drafts.length; i++) {
       const draft = drafts[i]!;
       const task = this.taskLog(draft.task_id);
@@ -491,33 +487,14 @@ export class PgEventLog implements EventLog {
       // The same JSON as a JSONL line, without commit markers: a commit here is one transaction.
       const line = eventLine(seq, ts, heads[i]!, bodies[i]!, seq, 1).slice(0, -1);
       task.pending.push({ event, line });
-      this.dirty.add(task);
+      touched.add(task);
       events.push(event);
     }
-    const durable = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
-    this.schedule();
-    return { events, durable };
+    return { events, durable: this.commits.add(touched) };
   }
 
-  private schedule(): void {
-    if (this.failure) return this.rejectQueued();
-    if (this.scheduled || this.committing) return;
-    this.scheduled = true;
-    // setImmediate lets every append made in this turn of the event loop join the commit.
-    setImmediate(() => {
-      this.scheduled = false;
-      this.committing = this.commit().finally(() => {
-        this.committing = null;
-        if (this.waiters.length > 0) this.schedule();
-      });
-    });
-  }
-
-  private async commit(): Promise<void> {
-    const batch = [...this.dirty];
-    const waiters = this.waiters;
-    this.dirty = new Set();
-    this.waiters = [];
+  /** One group commit: every pending row of the batch in one statement (GroupCommit runs one at a time). */
+  private async write(batch: TaskLog[]): Promise<() => void> {
     const taken = batch.map((task) => {
       const rows = task.pending;
       task.pending = [];
@@ -569,29 +546,19 @@ export class PgEventLog implements EventLog {
       }
     } catch (err) {
       // Memory is ahead of the store, and whether a commit cut short was stored is not
-      // known: nothing of this batch is acknowledged, and nothing more will be.
-      this.failure = describeCommitFailure(err);
-      const error = new EventLogFailedError(this.failure);
-      for (const w of waiters) w.reject(error);
-      this.rejectQueued();
+      // known: nothing of this batch is acknowledged, and nothing more will be (the throw).
       if (err instanceof WriterFencedError) void this.fenced(err);
-      return;
+      throw describeCommitFailure(err);
     }
     for (const { task, rows } of taken) for (const { line } of rows) task.lines.push(line);
-    for (const w of waiters) w.resolve();
-    for (const { task, rows } of taken) {
-      const set = this.listeners.get(task.taskId);
-      if (!set || rows.length === 0) continue;
-      const events = rows.map((r) => r.event);
-      for (const listener of set) listener(events);
-    }
-  }
-
-  private rejectQueued(): void {
-    const error = new EventLogFailedError(this.failure);
-    for (const w of this.waiters.splice(0)) w.reject(error);
-    for (const task of this.dirty) task.pending = [];
-    this.dirty.clear();
+    return () => {
+      for (const { task, rows } of taken) {
+        const set = this.listeners.get(task.taskId);
+        if (!set || rows.length === 0) continue;
+        const events = rows.map((r) => r.event);
+        for (const listener of set) listener(events);
+      }
+    };
   }
 
   read(taskId: string, since: number, limit: number): StoredEvent[] {
@@ -637,11 +604,8 @@ export class PgEventLog implements EventLog {
     return () => set.delete(listener);
   }
 
-  async flush(): Promise<void> {
-    if (this.failure) throw new EventLogFailedError(this.failure);
-    if (this.waiters.length === 0 && !this.committing) return;
-    const { durable } = this.append([]);
-    await durable;
+  flush(): Promise<void> {
+    return this.commits.flush();
   }
 
   private closing: Promise<void> | null = null;
