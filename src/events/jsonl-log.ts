@@ -20,7 +20,6 @@ import {
   EventLogFailedError,
   TaskArchivedError,
   TaskQuarantinedError,
-  UnstorableEventError,
   type AppendResult,
   type ArchiveMark,
   type EventListener,
@@ -29,7 +28,7 @@ import {
   type ReplayReport,
 } from './log.js';
 import { GroupCommit } from './group-commit.js';
-import { eventLine, scanLog } from './log-file.js';
+import { eventLine, scanLog, serialiseDrafts } from './log-file.js';
 
 interface TaskFile {
   taskId: string;
@@ -140,25 +139,12 @@ export class JsonlEventLog implements EventLog {
 
   append(drafts: readonly EventDraft[]): AppendResult {
     if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
-    // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
-    const heads: string[] = new Array(drafts.length);
-    const bodies: string[] = new Array(drafts.length);
-    const fields: Array<Record<string, unknown>> = new Array(drafts.length);
+    const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
+      if (this.files.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
+      if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
+    });
     const perFile = new Map<string, number>();
-    for (let i = 0; i < drafts.length; i++) {
-      const { event: name, task_id, ...rest } = drafts[i]!;
-      if (this.files.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
-      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
-      try {
-        // The fields once, without the envelope; the envelope is spliced in front below.
-        bodies[i] = JSON.stringify(rest);
-        heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
-      } catch (err) {
-        throw new UnstorableEventError(i, err);
-      }
-      fields[i] = rest;
-      perFile.set(task_id, (perFile.get(task_id) ?? 0) + 1);
-    }
+    for (const d of drafts) perFile.set(d.task_id, (perFile.get(d.task_id) ?? 0) + 1);
     const ts = this.clock.now();
     const commits = new Map<string, number>();
     const touched = new Set<TaskFile>();

@@ -6,7 +6,6 @@ import {
   EventLogFailedError,
   TaskArchivedError,
   TaskQuarantinedError,
-  UnstorableEventError,
   type AppendResult,
   type ArchiveMark,
   type EventListener,
@@ -15,7 +14,7 @@ import {
   type ReplayReport,
 } from './log.js';
 import { GroupCommit } from './group-commit.js';
-import { eventLine } from './log-file.js';
+import { eventLine, serialiseDrafts } from './log-file.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './pg-connect.js';
 
 interface TaskLog {
@@ -460,22 +459,10 @@ export class PgEventLog implements EventLog {
   append(drafts: readonly EventDraft[]): AppendResult {
     if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
     if (this.follower) throw new EventLogFailedError(new Error('this log follows the active replica and holds no lease: it cannot append'));
-    // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
-    const heads: string[] = new Array(drafts.length);
-    const bodies: string[] = new Array(drafts.length);
-    const fields: Array<Record<string, unknown>> = new Array(drafts.length);
-    for (let i = 0; i < drafts.length; i++) {
-      const { event: name, task_id, ...rest } = drafts[i]!;
-      if (this.tasks.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
-      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
-      try {
-        bodies[i] = JSON.stringify(rest);
-        heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
-      } catch (err) {
-        throw new UnstorableEventError(i, err);
-      }
-      fields[i] = rest;
-    }
+    const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
+      if (this.tasks.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
+      if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
+    });
     const ts = this.clock.now();
     const events: StoredEvent[] = [];
     const touched = new Set<TaskLog>();
