@@ -176,7 +176,7 @@ describe('history leaves memory', () => {
     // A start that read the archived task's history would find this and quarantine it.
     await damageMiddle(home, ended.taskId);
     server = await start(pastClock());
-    expect(server.server.startup).toEqual({ replayed_events: liveEvents, archived_tasks: 1 });
+    expect(server.server.startup).toEqual({ replayed_events: liveEvents, archived_tasks: 1, warm: null });
     expect((await server.api('GET', '/tasks')).body.tasks).toEqual(listed);
     expect(server.server.services.registry.quarantined.size).toBe(0);
   });
@@ -196,7 +196,7 @@ describe('history leaves memory', () => {
     if (STORE === 'embedded') expect(statSync(path.join(home, 'events', `${ended.taskId}.jsonl`)).size).toBeGreaterThan(sizeBefore);
     const clock2 = pastClock();
     server = await start(clock2);
-    expect(server.server.startup).toEqual({ replayed_events: events.length + 1, archived_tasks: 0 });
+    expect(server.server.startup).toEqual({ replayed_events: events.length + 1, archived_tasks: 0, warm: null });
     const after = (await server.api('GET', `/tasks/${ended.taskId}/events`)).body.events;
     expect(after.map((e: { seq: number }) => e.seq)).toEqual([...events.map((e: { seq: number }) => e.seq), events.length + 1]);
 
@@ -205,7 +205,7 @@ describe('history leaves memory', () => {
     expect(await server.server.archiver.tick()).toEqual([ended.taskId]);
     await server.close();
     server = await start(pastClock());
-    expect(server.server.startup).toEqual({ replayed_events: 0, archived_tasks: 1 });
+    expect(server.server.startup).toEqual({ replayed_events: 0, archived_tasks: 1, warm: null });
     expect((await server.api('GET', `/tasks/${ended.taskId}`)).body.task.event_count).toBe(events.length + 1);
   });
 
@@ -222,7 +222,7 @@ describe('history leaves memory', () => {
 
     await dropIndex(home);
     server = await start(pastClock());
-    expect(server.server.startup).toEqual({ replayed_events: all, archived_tasks: 0 });
+    expect(server.server.startup).toEqual({ replayed_events: all, archived_tasks: 0, warm: null });
     await server.close();
     ts = null;
 
@@ -231,7 +231,7 @@ describe('history leaves memory', () => {
     expect(run.code).toBe(0);
     expect(run.stdout).toContain('rebuilt the archive index: 1 ended tasks');
     server = await start(pastClock());
-    expect(server.server.startup).toEqual({ replayed_events: 0, archived_tasks: 1 });
+    expect(server.server.startup).toEqual({ replayed_events: 0, archived_tasks: 1, warm: null });
     expect((await server.api('GET', `/tasks/${ended.taskId}`)).body).toEqual(detail);
   });
 

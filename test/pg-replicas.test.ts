@@ -71,6 +71,8 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     const standby = await health(b.url);
     expect(standby).toMatchObject({ status: 503, body: { ok: false, role: 'standby' }, retryAfter: '3' });
     expect(standby.body.active).toMatch(/:\d+#\d+$/);
+    // It follows the log to stay warm (docs/api.md, the standby's health).
+    expect(standby.body.following).toMatchObject({ position: 0, events: 0, replayed: 0, tasks: 0, archived: 0, diverged: null });
     for (const r of [a, b]) {
       const live = await fetch(`${r.url}/api/health/live`);
       expect(live.status).toBe(200);
@@ -138,7 +140,11 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     console.log(`failover (SIGKILL of the active → first send_message acknowledged through HAProxy): ${Math.round(failoverMs)} ms`);
 
     expect((await health(b.url)).body.role).toBe('active');
-    expect(b.child.stderr).toMatch(/took over the lease from \S+ \(epoch \d+ → \d+; its connection was gone\): active/);
+    // Warm: it had followed the load, and read only the last moments at the takeover.
+    const took = /took over the lease from \S+ \(epoch \d+ → \d+; its connection was gone\): active; warm \(read (\d+) events at the takeover, (\d+) followed as a standby\)/.exec(b.child.stderr);
+    expect(took, b.child.stderr).not.toBeNull();
+    expect(Number(took![2])).toBeGreaterThan(100);
+    expect(Number(took![1])).toBeLessThan(Number(took![2]));
     const rows = await storedRows(db, task.task_id);
     expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
     const sent = rows.filter((r) => r.body.event === 'send_message').map((r) => r.body.message_id as string);

@@ -20,7 +20,6 @@ import {
   EventLogFailedError,
   TaskArchivedError,
   TaskQuarantinedError,
-  UnstorableEventError,
   type AppendResult,
   type ArchiveMark,
   type EventListener,
@@ -28,7 +27,8 @@ import {
   type OpenOptions,
   type ReplayReport,
 } from './log.js';
-import { eventLine, scanLog } from './log-file.js';
+import { GroupCommit } from './group-commit.js';
+import { eventLine, scanLog, serialiseDrafts } from './log-file.js';
 
 interface TaskFile {
   taskId: string;
@@ -45,11 +45,6 @@ interface TaskFile {
   pendingEvents: StoredEvent[];
   /** Failed verification at start: read-only until `beidou doctor --repair`. */
   quarantined: boolean;
-}
-
-interface Waiter {
-  resolve: () => void;
-  reject: (err: Error) => void;
 }
 
 const emptyFile = (taskId: string, fd: number, size: number): TaskFile => ({
@@ -77,11 +72,7 @@ export class JsonlEventLog implements EventLog {
   private readonly listeners = new Map<string, Set<EventListener>>();
   /** Ended tasks left on disk only (unloaded, or skipped at open): no fd, no offsets. */
   private readonly archived = new Set<string>();
-  private waiters: Waiter[] = [];
-  private dirty = new Set<TaskFile>();
-  private committing: Promise<void> | null = null;
-  private scheduled = false;
-  private failure: Error | null = null;
+  private readonly commits = new GroupCommit<TaskFile>((batch) => this.write(batch));
 
   constructor(
     private readonly dir: string,
@@ -147,28 +138,16 @@ export class JsonlEventLog implements EventLog {
   }
 
   append(drafts: readonly EventDraft[]): AppendResult {
-    if (this.failure) throw new EventLogFailedError(this.failure);
-    // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
-    const heads: string[] = new Array(drafts.length);
-    const bodies: string[] = new Array(drafts.length);
-    const fields: Array<Record<string, unknown>> = new Array(drafts.length);
+    if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
+    const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
+      if (this.files.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
+      if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
+    });
     const perFile = new Map<string, number>();
-    for (let i = 0; i < drafts.length; i++) {
-      const { event: name, task_id, ...rest } = drafts[i]!;
-      if (this.files.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
-      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
-      try {
-        // The fields once, without the envelope; the envelope is spliced in front below.
-        bodies[i] = JSON.stringify(rest);
-        heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
-      } catch (err) {
-        throw new UnstorableEventError(i, err);
-      }
-      fields[i] = rest;
-      perFile.set(task_id, (perFile.get(task_id) ?? 0) + 1);
-    }
+    for (const d of drafts) perFile.set(d.task_id, (perFile.get(d.task_id) ?? 0) + 1);
     const ts = this.clock.now();
     const commits = new Map<string, number>();
+    const touched = new Set<TaskFile>();
     const events: StoredEvent[] = [];
     for (let i = 0; i < drafts.length; i++) {
       const draft = drafts[i]!;
@@ -182,33 +161,14 @@ export class JsonlEventLog implements EventLog {
       file.end += Buffer.byteLength(line);
       file.pendingLines.push(line);
       file.pendingEvents.push(event);
-      this.dirty.add(file);
+      touched.add(file);
       events.push(event);
     }
-    const durable = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
-    this.schedule();
-    return { events, durable };
+    return { events, durable: this.commits.add(touched) };
   }
 
-  private schedule(): void {
-    if (this.failure) return this.rejectQueued();
-    if (this.scheduled || this.committing) return;
-    this.scheduled = true;
-    // setImmediate lets every append made in this turn of the event loop join the commit.
-    setImmediate(() => {
-      this.scheduled = false;
-      this.committing = this.commit().finally(() => {
-        this.committing = null;
-        if (this.waiters.length > 0) this.schedule();
-      });
-    });
-  }
-
-  private async commit(): Promise<void> {
-    const batch = [...this.dirty];
-    const waiters = this.waiters;
-    this.dirty = new Set();
-    this.waiters = [];
+  /** One group commit: each file's pending lines written and fdatasynced (GroupCommit runs one at a time). */
+  private async write(batch: TaskFile[]): Promise<() => void> {
     const written: Array<{ file: TaskFile; events: StoredEvent[]; end: number }> = [];
     try {
       // allSettled: every write has finished (or failed) before a failure cuts the files back.
@@ -233,8 +193,7 @@ export class JsonlEventLog implements EventLog {
     } catch (err) {
       // A failed write leaves memory ahead of disk: nothing of this batch was acknowledged,
       // so cut every file of it back to its last durable byte (no torn line may stay to
-      // glue the next write onto), and refuse every later append loudly.
-      this.failure = err as Error;
+      // glue the next write onto); the throw refuses every later append loudly.
       for (const file of batch) {
         try {
           ftruncateSync(file.fd, file.durableEnd);
@@ -243,27 +202,19 @@ export class JsonlEventLog implements EventLog {
           // The disk refuses even that; the torn tail is cut at the next start instead.
         }
       }
-      const error = new EventLogFailedError(err);
-      for (const w of waiters) w.reject(error);
-      this.rejectQueued();
-      return;
+      throw err;
     }
     for (const { file, events, end } of written) {
       file.durableEnd = end;
       file.durableSeq = events[events.length - 1]!.seq;
     }
-    for (const w of waiters) w.resolve();
-    for (const { file, events } of written) {
-      const set = this.listeners.get(file.taskId);
-      if (!set) continue;
-      for (const listener of set) listener(events);
-    }
-  }
-
-  private rejectQueued(): void {
-    const error = new EventLogFailedError(this.failure);
-    for (const w of this.waiters.splice(0)) w.reject(error);
-    this.dirty.clear();
+    return () => {
+      for (const { file, events } of written) {
+        const set = this.listeners.get(file.taskId);
+        if (!set) continue;
+        for (const listener of set) listener(events);
+      }
+    };
   }
 
   read(taskId: string, since: number, limit: number): StoredEvent[] {
@@ -339,11 +290,8 @@ export class JsonlEventLog implements EventLog {
     return () => set.delete(listener);
   }
 
-  async flush(): Promise<void> {
-    if (this.failure) throw new EventLogFailedError(this.failure);
-    if (this.waiters.length === 0 && !this.committing) return;
-    const { durable } = this.append([]);
-    await durable;
+  flush(): Promise<void> {
+    return this.commits.flush();
   }
 
   async close(): Promise<void> {

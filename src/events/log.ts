@@ -83,6 +83,25 @@ export interface EventLog {
   close(): Promise<void>;
 }
 
+/**
+ * A log a standby can keep warm (the PostgreSQL one): it replays without the lease, follows
+ * the writer's commits, and takes over with only the last moments left to read.
+ */
+export interface FollowingLog extends EventLog {
+  follow(onEvent: (event: StoredEvent) => void, options?: OpenOptions): Promise<ReplayReport>;
+  /** Applies what was committed since the last read. */
+  pull(): Promise<void>;
+  /** Takes the lease and catches up; refuses (and keeps following) while another holds it. */
+  promote(): Promise<{ caughtUp: number; followed: number }>;
+  /** Unloads a task another writer archived, if its mark matches what this log holds. */
+  forget(taskId: string, mark: ArchiveMark): boolean;
+  following(): { position: number; events: number; diverged: string | null } | null;
+}
+
+export function isFollowingLog(log: EventLog): log is FollowingLog {
+  return typeof (log as Partial<FollowingLog>).follow === 'function';
+}
+
 export class EventLogFailedError extends Error {
   constructor(cause: unknown) {
     super(`event log is unavailable after a write failure: ${(cause as Error)?.message ?? String(cause)}`);

@@ -6,7 +6,6 @@ import {
   EventLogFailedError,
   TaskArchivedError,
   TaskQuarantinedError,
-  UnstorableEventError,
   type AppendResult,
   type ArchiveMark,
   type EventListener,
@@ -14,7 +13,8 @@ import {
   type OpenOptions,
   type ReplayReport,
 } from './log.js';
-import { eventLine } from './log-file.js';
+import { GroupCommit } from './group-commit.js';
+import { eventLine, serialiseDrafts } from './log-file.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './pg-connect.js';
 
 interface TaskLog {
@@ -27,11 +27,6 @@ interface TaskLog {
   assigned: number;
   /** Failed verification at start: read-only, its trusted prefix still readable. */
   quarantined: boolean;
-}
-
-interface Waiter {
-  resolve: () => void;
-  reject: (err: Error) => void;
 }
 
 /** Rows read per query at start. */
@@ -71,11 +66,12 @@ export class PgEventLog implements EventLog {
   private readonly listeners = new Map<string, Set<EventListener>>();
   /** Ended tasks whose rows are not held in memory (unloaded, or skipped at open). */
   private readonly archived = new Set<string>();
-  private waiters: Waiter[] = [];
-  private dirty = new Set<TaskLog>();
-  private committing: Promise<void> | null = null;
-  private scheduled = false;
-  private failure: Error | null = null;
+  private readonly commits = new GroupCommit<TaskLog>(
+    (batch) => this.write(batch),
+    (unwritten) => {
+      for (const task of unwritten) task.pending = [];
+    },
+  );
   private client: pg.Client | null = null;
   private epoch = 0;
   private closed = false;
@@ -87,6 +83,8 @@ export class PgEventLog implements EventLog {
   private lost: LeaseLost | null = null;
   /** The lease this log took over at open: who held it before, and their epoch. */
   previous: { holder: string | null; epoch: number; expired: boolean } | null = null;
+  /** While a standby's log follows the active's commits (`follow`), until `promote`. */
+  private follower: Follower | null = null;
 
   constructor(
     private readonly url: string,
@@ -155,20 +153,8 @@ export class PgEventLog implements EventLog {
    */
   private async acquire(client: pg.Client): Promise<void> {
     await client.query('BEGIN');
-    let old: { epoch: string; holder: string | null; holder_pid: number | null; expired: boolean; until: Date | null };
     try {
-      const { rows } = await client.query<typeof old>(
-        'SELECT epoch, holder, holder_pid, (expires_at IS NULL OR expires_at <= now()) AS expired, expires_at AS until FROM log_writer FOR UPDATE',
-      );
-      old = rows[0]!;
-      const alive = old.holder_pid === null ? null : await backend(client, old.holder_pid);
-      if (!old.expired && alive) {
-        throw new DatabaseInUseError(
-          describeDatabaseUrl(this.url),
-          `held by ${old.holder ?? 'an unnamed server'}, lease until ${old.until?.toISOString() ?? '?'}; its connection: backend pid ${old.holder_pid}${alive.addr ? ` from ${alive.addr}` : ' over the local socket'}, since ${alive.since.toISOString()}`,
-          old.holder,
-        );
-      }
+      const { old, alive } = await this.leaseHeld(client, 'FOR UPDATE');
       const { rows: taken } = await client.query<{ epoch: string }>(
         `UPDATE log_writer SET epoch = epoch + 1, opened_at = now(), holder = $1, holder_pid = pg_backend_pid(),
                 expires_at = now() + make_interval(secs => $2) RETURNING epoch`,
@@ -188,16 +174,38 @@ export class PgEventLog implements EventLog {
     }
   }
 
+  /**
+   * The lease row and whether its holder's log connection is alive; refuses with
+   * `DatabaseInUseError` while the lease is valid and held by a live connection. A
+   * follower's poll asks without a lock (a row lock would hold up the active's commits).
+   */
+  private async leaseHeld(client: pg.Client, lock: 'FOR UPDATE' | '') {
+    const { rows } = await client.query<{ epoch: string; holder: string | null; holder_pid: number | null; expired: boolean; until: Date | null }>(
+      `SELECT epoch, holder, holder_pid, (expires_at IS NULL OR expires_at <= now()) AS expired, expires_at AS until FROM log_writer ${lock}`,
+    );
+    const old = rows[0]!;
+    const alive = old.holder_pid === null ? null : await backend(client, old.holder_pid);
+    if (!old.expired && alive) {
+      throw new DatabaseInUseError(
+        describeDatabaseUrl(this.url),
+        `held by ${old.holder ?? 'an unnamed server'}, lease until ${old.until?.toISOString() ?? '?'}; its connection: backend pid ${old.holder_pid}${alive.addr ? ` from ${alive.addr}` : ' over the local socket'}, since ${alive.since.toISOString()}`,
+        old.holder,
+      );
+    }
+    return { old, alive };
+  }
+
   /** Renews the lease; once it is lost (fenced, or run out while the log is failed), says so once. */
   private async renew(): Promise<void> {
     if (this.renewing || this.closed || this.lost) return;
     this.renewing = true;
     try {
-      if (this.failure) {
+      const failure = this.commits.failure;
+      if (failure) {
         // A failed log renews nothing: its lease runs out and a replica (this one, after
         // stepping down, or another) takes over with a fresh replay.
         const now = await this.leaseRow();
-        if (now && (now.epoch !== this.epoch || !now.valid)) this.lose(now, this.failure.message);
+        if (now && (now.epoch !== this.epoch || !now.valid)) this.lose(now, failure.message);
         return;
       }
       const client = (this.client ??= await this.reconnect());
@@ -229,10 +237,7 @@ export class PgEventLog implements EventLog {
   }
 
   private async fenced(err: WriterFencedError): Promise<void> {
-    if (!this.failure) {
-      this.failure = err;
-      this.rejectQueued();
-    }
+    this.commits.fail(err);
     const now = await this.leaseRow();
     this.lose(now, err.message);
   }
@@ -245,14 +250,16 @@ export class PgEventLog implements EventLog {
   }
 
   /** `only`: the tasks to replay (the rest are archived); null: every task. */
-  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void, only: string[] | null): Promise<ReplayReport> {
+  /** `only`: the tasks to replay (the rest are archived); null: every task. `upTo`: the last position to read (a follower reads the rest as it follows). */
+  private async replay(client: pg.Client, onEvent: (event: StoredEvent) => void, only: string[] | null, upTo: number | null = null): Promise<ReplayReport> {
     const report: ReplayReport = { cut: [], quarantined: [], archived: [] };
     let after: [string, number] = ['', 0];
+    const bound = upTo === null ? '' : ` AND pos <= ${Math.trunc(upTo)}`;
     for (;;) {
       const { rows } = await client.query<{ task_id: string; seq: number; body: string }>(
         only
-          ? 'SELECT task_id, seq, body::text AS body FROM events WHERE task_id = ANY($4::text[]) AND (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3'
-          : 'SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2) ORDER BY task_id, seq LIMIT $3',
+          ? `SELECT task_id, seq, body::text AS body FROM events WHERE task_id = ANY($4::text[]) AND (task_id, seq) > ($1, $2)${bound} ORDER BY task_id, seq LIMIT $3`
+          : `SELECT task_id, seq, body::text AS body FROM events WHERE (task_id, seq) > ($1, $2)${bound} ORDER BY task_id, seq LIMIT $3`,
         only ? [after[0], after[1], REPLAY_PAGE, only] : [after[0], after[1], REPLAY_PAGE],
       );
       for (const row of rows) {
@@ -299,26 +306,166 @@ export class PgEventLog implements EventLog {
     return task;
   }
 
-  append(drafts: readonly EventDraft[]): AppendResult {
-    if (this.failure) throw new EventLogFailedError(this.failure);
-    // Everything that can refuse comes before anything is numbered: a batch is all or nothing.
-    const heads: string[] = new Array(drafts.length);
-    const bodies: string[] = new Array(drafts.length);
-    const fields: Array<Record<string, unknown>> = new Array(drafts.length);
-    for (let i = 0; i < drafts.length; i++) {
-      const { event: name, task_id, ...rest } = drafts[i]!;
-      if (this.tasks.get(task_id)?.quarantined) throw new TaskQuarantinedError(task_id);
-      if (this.archived.has(task_id)) throw new TaskArchivedError(task_id);
-      try {
-        bodies[i] = JSON.stringify(rest);
-        heads[i] = `"event":${JSON.stringify(name)},"task_id":${JSON.stringify(task_id)}`;
-      } catch (err) {
-        throw new UnstorableEventError(i, err);
-      }
-      fields[i] = rest;
+  /**
+   * A standby's open: replays as `open` does but takes no lease, then follows the active's
+   * commits (each sends `NOTIFY beidou_events`; the rows past the last position applied are
+   * read in position order, which is commit order), so a takeover only reads what the last
+   * moments added (`promote`). Appending is refused until then. A row the follower cannot
+   * apply as the next of its task (tampering, or a history it does not match) stops the
+   * following (`following().diverged`): the owner then takes over with a fresh `open`.
+   */
+  async follow(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
+    const client = await this.connect();
+    this.client = client;
+    try {
+      const { rows } = await client.query<{ pos: string }>('SELECT coalesce(max(pos), 0) AS pos FROM events');
+      const upTo = Number(rows[0]!.pos);
+      const archived = options.archived?.size ? await matchingMarks(client, options.archived) : [];
+      for (const taskId of archived) this.archived.add(taskId);
+      const report = await this.replay(client, onEvent, archived.length > 0 ? await liveTasks(client, this.archived) : null, upTo);
+      report.archived = archived;
+      this.follower = { onEvent, position: upTo, events: 0, pulling: null, again: false, diverged: null };
+      await this.listenForCommits(client);
+      return report;
+    } catch (err) {
+      this.client = null;
+      this.follower = null;
+      await client.end().catch(() => undefined);
+      throw err;
     }
+  }
+
+  private async listenForCommits(client: pg.Client): Promise<void> {
+    client.on('notification', (n) => {
+      // A pull that fails (the connection lost) is retried at the owner's next `pull`.
+      if (n.channel === 'beidou_events' && this.client === client) this.pull().catch(() => undefined);
+    });
+    await client.query('LISTEN beidou_events');
+  }
+
+  /** What a following log has applied (null once promoted, or if it never followed). */
+  following(): { position: number; events: number; diverged: string | null } | null {
+    const f = this.follower;
+    return f ? { position: f.position, events: f.events, diverged: f.diverged } : null;
+  }
+
+  /**
+   * Applies every row committed past the last position read; at most one pull at a time
+   * (a notification during one runs another after it). Resolves when caught up with what
+   * was committed when it last looked; a lost connection is replaced (and LISTENs again).
+   */
+  pull(): Promise<void> {
+    const f = this.follower;
+    if (!f || f.diverged || this.closed) return Promise.resolve();
+    if (f.pulling) {
+      f.again = true;
+      return f.pulling;
+    }
+    f.pulling = (async () => {
+      try {
+        do {
+          f.again = false;
+          await this.pullOnce(f);
+        } while (f.again && !f.diverged && !this.closed && this.follower === f);
+      } finally {
+        f.pulling = null;
+      }
+    })();
+    return f.pulling;
+  }
+
+  private async pullOnce(f: Follower): Promise<void> {
+    let client = this.client;
+    if (!client) {
+      client = await this.connect();
+      if (this.closed || this.follower !== f) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      this.client = client;
+      await this.listenForCommits(client);
+    }
+    for (;;) {
+      const { rows } = await client.query<{ task_id: string; seq: number; body: string; pos: string }>(
+        'SELECT task_id, seq, body::text AS body, pos FROM events WHERE pos > $1 ORDER BY pos LIMIT $2',
+        [f.position, REPLAY_PAGE],
+      );
+      for (const row of rows) {
+        if (this.archived.has(row.task_id)) {
+          f.diverged = `an event (seq ${row.seq}) of task ${row.task_id}, which this replica holds as archived`;
+          return;
+        }
+        const task = this.taskLog(row.task_id);
+        if (!task.quarantined) {
+          const problem = this.replayRow(task, row, f.onEvent);
+          if (problem) {
+            f.diverged = `task ${row.task_id}, seq ${row.seq}: ${problem}`;
+            return;
+          }
+          f.events++;
+        }
+        f.position = Number(row.pos);
+      }
+      if (rows.length < REPLAY_PAGE) return;
+    }
+  }
+
+  /**
+   * A following log becomes the writer: takes the lease as `open` does (refused with
+   * `DatabaseInUseError` while the active holds it, and the log keeps following), then reads
+   * the rows committed before the takeover (nothing else can land now) and starts renewing.
+   * Resolves with the events this last read applied. A follower that diverged refuses
+   * (`FollowerDivergedError`) before taking anything.
+   */
+  async promote(): Promise<{ caughtUp: number; followed: number }> {
+    const f = this.follower;
+    if (!f) throw new Error('promote() is for a log opened with follow()');
+    const before = f.events;
+    // Most of what is new is read before the lease is taken (a refusal leaves the log following).
+    await this.pull();
+    if (f.diverged) throw new FollowerDivergedError(f.diverged);
+    const client = (this.client ??= await this.connect());
+    await this.leaseHeld(client, ''); // refused without a lock while the active holds the lease
+    await this.acquire(client);
+    try {
+      await client.query('UNLISTEN beidou_events');
+      await this.pull();
+      if (f.diverged) throw new FollowerDivergedError(f.diverged);
+    } catch (err) {
+      // The lease was taken but the history could not be caught up: hand it on at once
+      // (this replica or another takes over with a fresh replay).
+      this.follower = null;
+      await this.close().catch(() => undefined);
+      throw err;
+    }
+    this.follower = null;
+    this.renewTimer = setInterval(() => void this.renew(), (this.leaseS * 1000) / 3);
+    this.renewTimer.unref();
+    return { caughtUp: f.events - before, followed: before };
+  }
+
+  /**
+   * A follower unloads a task the active archived (its index entry's mark matches what
+   * this log holds), so a standby's memory stays bounded by live work too.
+   */
+  forget(taskId: string, mark: ArchiveMark): boolean {
+    const task = this.tasks.get(taskId);
+    if (!task || task.quarantined || task.lines.length !== mark.lastSeq || task.pending.length > 0) return false;
+    this.tasks.delete(taskId);
+    this.archived.add(taskId);
+    return true;
+  }
+
+  append(drafts: readonly EventDraft[]): AppendResult {
+    if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
+    if (this.follower) throw new EventLogFailedError(new Error('this log follows the active replica and holds no lease: it cannot append'));
+    const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
+      if (this.tasks.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
+      if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
+    });
     const ts = this.clock.now();
     const events: StoredEvent[] = [];
+    const touched = new Set<TaskLog>();
     for (let i = 0; i < drafts.length; i++) {
       const draft = drafts[i]!;
       const task = this.taskLog(draft.task_id);
@@ -327,33 +474,14 @@ export class PgEventLog implements EventLog {
       // The same JSON as a JSONL line, without commit markers: a commit here is one transaction.
       const line = eventLine(seq, ts, heads[i]!, bodies[i]!, seq, 1).slice(0, -1);
       task.pending.push({ event, line });
-      this.dirty.add(task);
+      touched.add(task);
       events.push(event);
     }
-    const durable = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
-    this.schedule();
-    return { events, durable };
+    return { events, durable: this.commits.add(touched) };
   }
 
-  private schedule(): void {
-    if (this.failure) return this.rejectQueued();
-    if (this.scheduled || this.committing) return;
-    this.scheduled = true;
-    // setImmediate lets every append made in this turn of the event loop join the commit.
-    setImmediate(() => {
-      this.scheduled = false;
-      this.committing = this.commit().finally(() => {
-        this.committing = null;
-        if (this.waiters.length > 0) this.schedule();
-      });
-    });
-  }
-
-  private async commit(): Promise<void> {
-    const batch = [...this.dirty];
-    const waiters = this.waiters;
-    this.dirty = new Set();
-    this.waiters = [];
+  /** One group commit: every pending row of the batch in one statement (GroupCommit runs one at a time). */
+  private async write(batch: TaskLog[]): Promise<() => void> {
     const taken = batch.map((task) => {
       const rows = task.pending;
       task.pending = [];
@@ -397,36 +525,27 @@ export class PgEventLog implements EventLog {
              WHERE EXISTS (SELECT 1 FROM fence)
              RETURNING 1
            )
-           SELECT count(*)::int AS stored FROM stored`,
+           -- Standbys following the log are told at commit (NOTIFY is sent only if it commits).
+           SELECT (SELECT count(*)::int FROM stored) AS stored, pg_notify('beidou_events', $1::text) AS told`,
           [this.epoch, newTasks, newTaskTs, taskIds, seqs, tss, names, lines],
         );
         if (rows[0]!.stored !== lines.length) throw new WriterFencedError(this.epoch);
       }
     } catch (err) {
       // Memory is ahead of the store, and whether a commit cut short was stored is not
-      // known: nothing of this batch is acknowledged, and nothing more will be.
-      this.failure = describeCommitFailure(err);
-      const error = new EventLogFailedError(this.failure);
-      for (const w of waiters) w.reject(error);
-      this.rejectQueued();
+      // known: nothing of this batch is acknowledged, and nothing more will be (the throw).
       if (err instanceof WriterFencedError) void this.fenced(err);
-      return;
+      throw describeCommitFailure(err);
     }
     for (const { task, rows } of taken) for (const { line } of rows) task.lines.push(line);
-    for (const w of waiters) w.resolve();
-    for (const { task, rows } of taken) {
-      const set = this.listeners.get(task.taskId);
-      if (!set || rows.length === 0) continue;
-      const events = rows.map((r) => r.event);
-      for (const listener of set) listener(events);
-    }
-  }
-
-  private rejectQueued(): void {
-    const error = new EventLogFailedError(this.failure);
-    for (const w of this.waiters.splice(0)) w.reject(error);
-    for (const task of this.dirty) task.pending = [];
-    this.dirty.clear();
+    return () => {
+      for (const { task, rows } of taken) {
+        const set = this.listeners.get(task.taskId);
+        if (!set || rows.length === 0) continue;
+        const events = rows.map((r) => r.event);
+        for (const listener of set) listener(events);
+      }
+    };
   }
 
   read(taskId: string, since: number, limit: number): StoredEvent[] {
@@ -472,11 +591,8 @@ export class PgEventLog implements EventLog {
     return () => set.delete(listener);
   }
 
-  async flush(): Promise<void> {
-    if (this.failure) throw new EventLogFailedError(this.failure);
-    if (this.waiters.length === 0 && !this.committing) return;
-    const { durable } = this.append([]);
-    await durable;
+  flush(): Promise<void> {
+    return this.commits.flush();
   }
 
   private closing: Promise<void> | null = null;
@@ -503,6 +619,25 @@ export class PgEventLog implements EventLog {
       await client?.end().catch(() => undefined);
     }
   }
+}
+
+/** A standby's log that stopped following (a row it could not apply): it cannot take over warm. */
+export class FollowerDivergedError extends Error {
+  constructor(readonly reason: string) {
+    super(`this standby stopped following the log (${reason}); taking over needs a fresh replay`);
+  }
+}
+
+interface Follower {
+  onEvent: (event: StoredEvent) => void;
+  /** The last position (`events.pos`) applied or skipped. */
+  position: number;
+  /** Events applied since the replay at `follow`. */
+  events: number;
+  pulling: Promise<void> | null;
+  /** A notification came during a pull: pull again after it. */
+  again: boolean;
+  diverged: string | null;
 }
 
 /** Another server opened the database after this one: its commits are refused. */

@@ -129,6 +129,18 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 6,
+    name: 'log position',
+    sql: `
+      -- Where each event sits in the order commits landed, across tasks: a standby follows
+      -- the log by it (LISTEN beidou_events, then the rows past the last position it
+      -- applied). One writer at a time (the lease's fence, held by every commit) makes the
+      -- order of positions the order of commits, so no row can land below one already read.
+      ALTER TABLE events ADD COLUMN pos bigserial;
+      CREATE INDEX events_by_pos ON events (pos);
+    `,
+  },
 ];
 
 /** Advisory lock keys: one namespace ('beid'), one key per purpose. */

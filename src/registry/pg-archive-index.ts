@@ -21,6 +21,8 @@ export class PgArchiveIndex implements ArchiveIndex {
     for (let at = 0; at < entries.length; at += CHUNK) {
       await this.pool.query(UPSERT, [JSON.stringify(entries.slice(at, at + CHUNK).map(archiveRow))]);
     }
+    // Standbys following the log unload these tasks too.
+    if (entries.length > 0) await this.pool.query("SELECT pg_notify('beidou_archive', '')");
   }
 
   async remove(taskIds: readonly string[]): Promise<void> {

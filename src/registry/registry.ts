@@ -1,5 +1,5 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
-import type { ArchiveMark, EventLog, ReplayReport } from '../events/log.js';
+import { isFollowingLog, type ArchiveMark, type EventLog, type FollowingLog, type ReplayReport } from '../events/log.js';
 import { removeTask, unloadRefusal, type ArchivedTask } from './archive.js';
 import { extractTask, type QuarantinedTask } from './quarantine.js';
 import { reduce } from './reducer.js';
@@ -35,14 +35,60 @@ export class Registry {
    * log is not read, it stays archived (an entry that does not match is replayed).
    */
   async open(index: readonly ArchivedTask[] = []): Promise<ReplayReport> {
+    return this.rebuild(index, (onEvent, options) => this.log.open(onEvent, options));
+  }
+
+  /**
+   * A standby's open (docs/architecture.md, "Replicas"): the same rebuild, then the state
+   * follows the active's commits (reduced as they are read; no observer sees them) until
+   * `promote`.
+   */
+  async follow(index: readonly ArchivedTask[] = []): Promise<ReplayReport> {
+    const log = this.followingLog();
+    return this.rebuild(index, (onEvent, options) => log.follow(onEvent, options));
+  }
+
+  /** The follower takes over: the lease, then what was committed before it. */
+  promote(): Promise<{ caughtUp: number; followed: number }> {
+    return this.followingLog().promote();
+  }
+
+  /**
+   * A follower unloads what the active archived: each entry whose task this state holds,
+   * ended, with the log's history matching the entry's mark. Returns how many went.
+   */
+  absorbArchived(entries: readonly ArchivedTask[]): number {
+    const log = this.followingLog();
+    let gone = 0;
+    for (const entry of entries) {
+      if (this.archived.has(entry.task_id) || !this.state.tasks.get(entry.task_id)?.ended_at) continue;
+      if (!log.forget(entry.task_id, entry.mark)) continue;
+      removeTask(this.state, entry.task_id);
+      this.addArchived(entry);
+      gone++;
+    }
+    return gone;
+  }
+
+  private followingLog(): FollowingLog {
+    if (!isFollowingLog(this.log)) throw new Error('this registry\'s log cannot follow another writer (the PostgreSQL store can)');
+    return this.log;
+  }
+
+  private async rebuild(
+    index: readonly ArchivedTask[],
+    opener: (onEvent: (event: StoredEvent) => void, options: { archived: Map<string, ArchiveMark> }) => Promise<ReplayReport>,
+  ): Promise<ReplayReport> {
     const marks = new Map<string, ArchiveMark>(index.map((e) => [e.task_id, e.mark]));
-    const report = await this.log.open(
+    let replaying = true; // a follower's later events are not the start's
+    const report = await opener(
       (event) => {
-        this.replayedEvents++;
+        if (replaying) this.replayedEvents++;
         reduce(this.state, event);
       },
       { archived: marks },
     );
+    replaying = false;
     const entries = new Map(index.map((e) => [e.task_id, e]));
     for (const taskId of report.archived) this.addArchived(entries.get(taskId)!);
     for (const { taskId, file, line, reason } of report.quarantined) {

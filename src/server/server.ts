@@ -6,7 +6,7 @@ import type pg from 'pg';
 import { ConfigError, homePaths, prepareHome, type Config } from '../config.js';
 import type { DomainContext } from '../domain/context.js';
 import { acquireHomeLock, type HomeLock } from '../events/home-lock.js';
-import type { ReplayReport } from '../events/log.js';
+import { isFollowingLog, type ReplayReport } from '../events/log.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl } from '../events/pg-connect.js';
 import { PgEventLog, type LeaseLost } from '../events/pg-log.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile, writeSecretFile } from '../identity/secrets.js';
@@ -65,8 +65,8 @@ export interface BeidouServer {
   readonly watchdog: Watchdog;
   /** Unloads ended tasks; `tick()` runs one pass (a test drives it with a fake clock). */
   readonly archiver: Archiver;
-  /** What the (last) start read: events reduced, and ended tasks left archived (not read). */
-  readonly startup: { replayed_events: number; archived_tasks: number };
+  /** What the (last) start read: events reduced, and ended tasks left archived (not read); after a warm takeover, what was followed and what was left to read. */
+  readonly startup: Startup;
   /** Open MCP sessions (Streamable HTTP and SSE), for observability and tests. */
   mcpSessions(): number;
   /** Open admin SSE streams (task events, task list), likewise. */
@@ -77,7 +77,30 @@ export interface BeidouServer {
   holder: string | null;
   /** Who holds the lease, as far as this standby knows, and the epoch it serves under when active. */
   lease(): { holder: string | null; epoch: number | null };
+  /** A standby's following of the log (null: active, embedded, or not following). */
+  following(): Following | null;
   close(): Promise<void>;
+}
+
+export interface Startup {
+  replayed_events: number;
+  archived_tasks: number;
+  /** A standby's takeover on the log it followed: events applied while following, and read at the takeover. Null: a replay. */
+  warm: { followed_events: number; caught_up_events: number } | null;
+}
+
+export interface Following {
+  /** The last position (`events.pos`) applied. */
+  position: number;
+  /** Events applied since the follower's replay. */
+  events: number;
+  /** Events the follower's replay read when it began. */
+  replayed: number;
+  /** Tasks it holds in memory, and ended tasks it left out of memory (archived by the active). */
+  tasks: number;
+  archived: number;
+  /** Why it stopped following (a takeover then replays), or null. */
+  diverged: string | null;
 }
 
 /** How long a stop waits for in-flight requests before cutting connections. */
@@ -121,7 +144,7 @@ interface Core {
   rollups: RollupStore;
   watchdog: Watchdog;
   archiver: Archiver;
-  startup: { replayed_events: number; archived_tasks: number };
+  startup: Startup;
   mcp: McpSessions;
   adminStreams: AdminStreams;
   epoch: number | null;
@@ -154,7 +177,7 @@ async function run(
   outer.set('trust proxy', false);
   // Liveness, on every replica and in every role: the process answers (Docker's HEALTHCHECK).
   outer.get('/api/health/live', (_req, res) => void res.json({ ok: true, version: VERSION, role: core ? 'active' : 'standby' }));
-  const standby = standbyApp(() => ({ holder: lastHolder, retryAfterS: config.leaseS, since: standbySince }));
+  const standby = standbyApp(() => ({ holder: lastHolder, retryAfterS: config.leaseS, since: standbySince, following: currentFollowing() }));
   // Each request goes to the role the replica has when it arrives.
   outer.use((req, res, next) => (core ? core.app(req, res, next) : standby(req, res, next)));
   const httpServer = createHttpServer(outer, config, logger, clock);
@@ -173,6 +196,49 @@ async function run(
 
   let closingDown = false;
   let activating: Promise<boolean> | null = null;
+  // A standby keeps a registry that follows the active's commits (warm), so that taking
+  // over reads only the last moments' events instead of the whole live log.
+  let warm: Opened | null = null;
+  let following: Promise<void> | null = null;
+  const followingLog = () => (warm && isFollowingLog(warm.registry.log) ? warm.registry.log : null);
+  const dropFollower = async () => {
+    const w = warm;
+    warm = null;
+    await w?.close();
+  };
+  const startFollowing = () => {
+    if (!replicated || warm || following || core || closingDown) return;
+    following = (async () => {
+      try {
+        const opened = await openRegistry(config, paths, clock, logger, holder, 'follower');
+        if (core || closingDown) return void (await opened.close());
+        warm = opened;
+        logger.info(
+          { events: opened.registry.replayedEvents, tasks: opened.registry.state.tasks.size, archived: opened.registry.archived.size },
+          `standby: following the log (${opened.registry.replayedEvents} events replayed, ${opened.registry.state.tasks.size} live tasks)`,
+        );
+      } catch (err) {
+        logger.warn({ err }, `standby: could not follow the log (${(err as Error).message}); trying again, and a takeover meanwhile replays from the log`);
+      }
+    })().finally(() => {
+      following = null;
+    });
+  };
+  // The active archived tasks (NOTIFY beidou_archive): the follower unloads them too.
+  let absorbing = false;
+  const absorbArchived = async () => {
+    const w = warm;
+    if (!w || absorbing) return;
+    absorbing = true;
+    try {
+      const gone = w.registry.absorbArchived(await w.index.load());
+      if (gone > 0) logger.debug({ tasks: gone }, 'standby: unloaded tasks the active archived');
+    } catch (err) {
+      logger.debug({ err }, 'standby: could not read the archive index');
+    } finally {
+      absorbing = false;
+    }
+  };
   const stepDown = async (from: Core, lost: LeaseLost) => {
     if (core !== from) return;
     core = null;
@@ -187,22 +253,42 @@ async function run(
     } finally {
       await from.release(true).catch((err: unknown) => logger.debug({ err }, 'closing what the stepped-down replica held'));
     }
-    if (!closingDown) void attempt();
+    if (!closingDown) {
+      startFollowing();
+      void attempt();
+    }
   };
   let first = true;
   const attempt = (): Promise<boolean> =>
     (activating ??= (async () => {
       if (core || closingDown) return core !== null;
+      await following;
+      // A follower that stopped following cannot take over warm: a fresh replay does.
+      const stopped = followingLog()?.following()?.diverged;
+      if (stopped) {
+        logger.warn({ reason: stopped }, `this standby stopped following the log (${stopped}): a takeover replays from the log`);
+        await dropFollower();
+      }
+      const from = warm;
       let built: Core | null = null;
       try {
         built = await activate(config, options, logger, clock, paths, { adminToken, secret }, holder, (lost) => {
           // Called by the log once; the core may still be starting (then it never serves).
           if (built) void stepDown(built, lost);
           else lostEarly = lost;
-        });
+        }, from);
+        if (from) warm = null; // it serves now
       } catch (err) {
         if (err instanceof DatabaseInUseError) {
           lastHolder = err.holderName;
+          return false;
+        }
+        if (from) {
+          // The follower could not take over (its connection, or a history it does not
+          // match): the next attempt replays afresh.
+          warm = null;
+          await from.close();
+          logger.warn({ err }, `could not take over on the followed log: ${(err as Error).message}; trying again with a fresh replay`);
           return false;
         }
         // At start a database that cannot be used ends the start (exit 2); later it is retried.
@@ -220,9 +306,13 @@ async function run(
       lastHolder = holder;
       if (replicated) {
         const prev = built.previous;
+        const w = built.startup.warm;
+        const how = w
+          ? `; warm (read ${w.caught_up_events} events at the takeover, ${w.followed_events} followed as a standby)`
+          : `; replayed ${built.startup.replayed_events} events`;
         const line = prev?.holder && prev.holder !== holder && prev.epoch > 0
-          ? `took over the lease from ${prev.holder} (epoch ${prev.epoch} → ${built.epoch}; ${prev.expired ? 'its lease had expired' : 'its connection was gone'}): active`
-          : `holding the lease (epoch ${built.epoch}): active`;
+          ? `took over the lease from ${prev.holder} (epoch ${prev.epoch} → ${built.epoch}; ${prev.expired ? 'its lease had expired' : 'its connection was gone'}): active${how}`
+          : `holding the lease (epoch ${built.epoch}): active${how}`;
         (prev?.holder && prev.holder !== holder ? logger.warn : logger.info).call(logger, { epoch: built.epoch, previous: prev?.holder ?? null }, line);
       }
       return true;
@@ -249,8 +339,13 @@ async function run(
       const client = await connectClient(config.databaseUrl, 'beidou-standby');
       listener = client;
       client.on('end', () => void (listener === client && (listener = null)));
-      client.on('notification', () => void (core || attempt()));
+      client.on('notification', (n) => {
+        if (core) return;
+        if (n.channel === 'beidou_archive') void absorbArchived();
+        else void attempt();
+      });
       await client.query('LISTEN beidou_lease');
+      await client.query('LISTEN beidou_archive');
     } catch {
       listener = null; // retried at the next poll
     }
@@ -259,10 +354,17 @@ async function run(
     poll = setInterval(() => {
       if (core || closingDown) return;
       void listen();
+      startFollowing();
+      // Each attempt of a follower first reads what is new (a missed NOTIFY costs one poll).
       void attempt();
     }, (config.leaseS * 1000) / 3);
     poll.unref();
     void listen();
+    // A standby is ready once it follows the log (a failure to is logged; the poll retries).
+    if (!core) {
+      startFollowing();
+      await following;
+    }
   }
 
   const current = (): Core => {
@@ -277,6 +379,8 @@ async function run(
       if (poll) clearInterval(poll);
       await listener?.end().catch(() => undefined);
       await activating?.catch(() => undefined);
+      await following;
+      await dropFollower();
       // Stop accepting, end the long-lived streams, let in-flight requests finish, then
       // flush the log and the rollups.
       const closed = new Promise<void>((resolve) => httpServer.close(() => resolve()));
@@ -293,6 +397,12 @@ async function run(
       logger.info('stopped');
       await new Promise<void>((resolve) => logger.flush(() => resolve()));
     })());
+
+  function currentFollowing(): Following | null {
+    const f = core ? null : followingLog()?.following();
+    const r = warm?.registry;
+    return f && r ? { ...f, replayed: r.replayedEvents, tasks: r.state.tasks.size, archived: r.archived.size } : null;
+  }
 
   const storeKind: Store['kind'] = replicated ? 'postgres' : 'embedded';
   return {
@@ -322,14 +432,68 @@ async function run(
     role: () => (core ? 'active' : 'standby'),
     holder,
     lease: () => ({ holder: lastHolder, epoch: core?.epoch ?? null }),
+    following: currentFollowing,
     close,
   };
 }
 
 /**
- * Opens the store and the log (with a database URL: takes the lease, or refuses with
- * `DatabaseInUseError`), replays, and builds everything that serves, from the registry to
- * the app. Nothing listens here: the replica's HTTP server hands requests to the app.
+ * A store opened and a registry rebuilt on it: by a writer (`open`, taking the lease) or by
+ * a standby that follows the active's commits (`follow`) and becomes one by `promote`.
+ */
+interface Opened {
+  store: Store;
+  registry: Registry;
+  index: ArchiveIndex;
+  /** Where the log's lease-lost call goes: set by the activation that builds on it. */
+  route: { onLost: (lost: LeaseLost) => void };
+  /** Closes the log, the index and the store (a follower's, or one whose activation failed). */
+  close(): Promise<void>;
+}
+
+async function openRegistry(
+  config: Config,
+  paths: ReturnType<typeof homePaths>,
+  clock: Clock,
+  logger: Logger,
+  holder: string | null,
+  mode: 'writer' | 'follower',
+): Promise<Opened> {
+  const route = { onLost: (_lost: LeaseLost) => undefined as void };
+  const store = await openStore(config, paths, clock, { ...(holder ? { holder } : {}), leaseS: config.leaseS, onLost: (lost) => route.onLost(lost) });
+  if (store.migrations?.applied.length) {
+    logger.info({ applied: store.migrations.applied, version: store.migrations.version }, `migrated the database schema to version ${store.migrations.version}`);
+  }
+  const registry = new Registry(store.log);
+  let index: ArchiveIndex | null = null;
+  const close = async () => {
+    await store.log.close().catch(() => undefined);
+    await index?.close().catch(() => undefined);
+    await store.close().catch(() => undefined);
+  };
+  try {
+    index = store.archive();
+    const entries = await index.load();
+    logReplay(logger, mode === 'follower' ? await registry.follow(entries) : await registry.open(entries));
+    // Entries the log no longer matches (replayed instead) or no longer has: dropped by the
+    // writer (a follower writes nothing); the archiver writes them anew.
+    const stale = entries.filter((e) => !registry.archived.has(e.task_id)).map((e) => e.task_id);
+    if (stale.length > 0 && mode === 'writer') {
+      logger.warn({ tasks: stale.length }, `${stale.length} archive index entr${stale.length === 1 ? 'y' : 'ies'} did not match the event log: replayed those tasks`);
+      await index.remove(stale);
+    }
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  return { store, registry, index, route, close };
+}
+
+/**
+ * Builds everything that serves, from the registry to the app, on a store it opens (with a
+ * database URL: taking the lease, or refusing with `DatabaseInUseError`) or on a standby's
+ * follower (`warm`), which takes the lease and reads only what it has not followed yet.
+ * Nothing listens here: the replica's HTTP server hands requests to the app.
  */
 async function activate(
   config: Config,
@@ -340,36 +504,30 @@ async function activate(
   keys: { adminToken: string; secret: string },
   holder: string | null,
   onLost: (lost: LeaseLost) => void,
+  warm: Opened | null,
 ): Promise<Core> {
   const openedAt = performance.now(); // a duration for the log line, not a time of day
-  const store = await openStore(config, paths, clock, { ...(holder ? { holder } : {}), leaseS: config.leaseS, onLost });
-  if (store.migrations?.applied.length) {
-    logger.info({ applied: store.migrations.applied, version: store.migrations.version }, `migrated the database schema to version ${store.migrations.version}`);
+  let opened: Opened;
+  let takeover: { caughtUp: number; followed: number } | null = null;
+  if (warm) {
+    warm.route.onLost = onLost;
+    takeover = await warm.registry.promote(); // DatabaseInUseError: it keeps following
+    opened = warm;
+  } else {
+    opened = await openRegistry(config, paths, clock, logger, holder, 'writer');
+    opened.route.onLost = onLost;
   }
+  const { store, registry, index: archive } = opened;
   const log = store.log;
-  const registry = new Registry(log);
   let rollups: RollupStore;
-  let index: ArchiveIndex | null = null;
   try {
-    index = store.archive();
-    const entries = await index.load();
-    logReplay(logger, await registry.open(entries));
-    // Entries the log no longer matches (replayed instead) or no longer has: dropped; the archiver writes them anew.
-    const stale = entries.filter((e) => !registry.archived.has(e.task_id)).map((e) => e.task_id);
-    if (stale.length > 0) {
-      logger.warn({ tasks: stale.length }, `${stale.length} archive index entr${stale.length === 1 ? 'y' : 'ies'} did not match the event log: replayed those tasks`);
-      await index.remove(stale);
-    }
     const where = store.kind === 'postgres' ? `the rollup tables of ${store.where}` : 'stats.db';
     rollups = store.rollups(registry.state, (err) => logger.error({ err }, `could not write the rollups (${where}); \`beidou stats rebuild\` recreates them`));
     await rollups.rebuild();
   } catch (err) {
-    await log.close().catch(() => undefined);
-    await index?.close().catch(() => undefined);
-    await store.close().catch(() => undefined);
+    await opened.close();
     throw err;
   }
-  const archive = index;
 
   const skills = new SkillCatalog(skillRoots(config));
   for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
@@ -408,10 +566,15 @@ async function activate(
     beforeUnload: () => rollups.flush(),
     logger,
   });
-  logger.info(
-    { tasks: registry.state.tasks.size, agents: registry.state.agents.size, archived: registry.archived.size, events: registry.replayedEvents, ms: Math.round(performance.now() - openedAt), store: store.kind, where: store.where },
-    'registry rebuilt from the event logs',
-  );
+  const counts = { tasks: registry.state.tasks.size, agents: registry.state.agents.size, archived: registry.archived.size, ms: Math.round(performance.now() - openedAt), store: store.kind, where: store.where };
+  if (takeover) {
+    logger.info(
+      { ...counts, events: takeover.caughtUp, followed: takeover.followed, replayed_at_follow: registry.replayedEvents },
+      `registry caught up from the log: ${takeover.caughtUp} events read at the takeover (${takeover.followed} followed as a standby)`,
+    );
+  } else {
+    logger.info({ ...counts, events: registry.replayedEvents }, 'registry rebuilt from the event logs');
+  }
 
   const auth = new Authenticator(keys.adminToken, services.tokens, registry);
   const mcp = new McpSessions(services, options.catalogue ?? PRIMITIVES);
@@ -448,7 +611,11 @@ async function activate(
     rollups,
     watchdog,
     archiver,
-    startup: { replayed_events: registry.replayedEvents, archived_tasks: registry.archived.size },
+    startup: {
+      replayed_events: registry.replayedEvents,
+      archived_tasks: registry.archived.size,
+      warm: takeover ? { followed_events: takeover.followed, caught_up_events: takeover.caughtUp } : null,
+    },
     mcp,
     adminStreams,
     epoch: pgLog?.writerEpoch ?? null,

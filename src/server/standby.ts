@@ -9,6 +9,8 @@ export interface StandbyStatus {
   /** Seconds a client should wait before trying again (the lease's length). */
   retryAfterS: number;
   since: number;
+  /** The log this standby follows to stay warm (null: not following; a takeover replays). */
+  following: { position: number; events: number; replayed: number; tasks: number; archived: number; diverged: string | null } | null;
 }
 
 /**
@@ -24,7 +26,7 @@ export function standbyApp(status: () => StandbyStatus): express.Express {
   app.disable('x-powered-by');
   app.get('/api/health', (_req, res) => {
     const s = status();
-    res.status(503).set('Retry-After', String(Math.ceil(s.retryAfterS))).json({ ok: false, version: VERSION, role: 'standby', active: s.holder, standby_since: s.since });
+    res.status(503).set('Retry-After', String(Math.ceil(s.retryAfterS))).json({ ok: false, version: VERSION, role: 'standby', active: s.holder, standby_since: s.since, following: s.following });
   });
   const refuse = (req: Request, res: Response) => {
     const s = status();

@@ -1,0 +1,170 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { withClient } from '../src/testkit/postgres.js';
+import { until } from './support/poll.js';
+import { connectAgent, createTask, FakeClock, removeHome, startTestServer, tempHome, type TestServer } from './support/server.js';
+import { freshDatabase, replicaSecrets } from './support/store.js';
+
+/**
+ * Warm standbys (docs/architecture.md, "Replicas"): a standby replays the log once, then
+ * follows the active's commits (NOTIFY beidou_events, rows read by `events.pos`), so a
+ * takeover reads only what it had not followed. Two in-process servers on one fresh
+ * database each; the active hands the lease on by a clean stop (its NOTIFY), so the
+ * standby takes over at once. What a SIGKILLed active leaves is in test/pg-replicas.test.ts.
+ */
+
+const servers: TestServer[] = [];
+afterEach(async () => {
+  for (const s of servers.splice(0)) {
+    await s.close().catch(() => undefined);
+    removeHome(s.home);
+  }
+});
+
+async function replica(db: string, clock?: FakeClock, env: Record<string, string> = {}): Promise<TestServer> {
+  const ts = await startTestServer({
+    home: tempHome(),
+    ...(clock ? { clock } : {}),
+    env: { BEIDOU_DATABASE_URL: db, ...replicaSecrets(`warm:${db}`), BEIDOU_WATCHDOG_S: '3600', ...env },
+  });
+  servers.push(ts);
+  return ts;
+}
+
+const lastPosition = (db: string) => withClient(db, async (c) => Number((await c.query('SELECT coalesce(max(pos), 0) AS p FROM events')).rows[0].p));
+const eventCount = (db: string) => withClient(db, async (c) => Number((await c.query('SELECT count(*) AS n FROM events')).rows[0].n));
+
+/** Waits until the standby has applied every committed row. */
+async function caughtUp(standby: TestServer, db: string): Promise<void> {
+  const last = await lastPosition(db);
+  await until(`the standby following up to position ${last}`, () => ((standby.server.following()?.position ?? -1) >= last ? true : undefined), 15_000);
+}
+
+/** The active stops cleanly; the standby takes over at its NOTIFY. */
+async function handOver(active: TestServer, standby: TestServer): Promise<void> {
+  await active.close();
+  servers.splice(servers.indexOf(active), 1);
+  removeHome(active.home);
+  await until('the standby active', () => (standby.server.role() === 'active' ? true : undefined), 15_000);
+}
+
+async function sendMessages(ts: TestServer, to: string, n: number, tag: string): Promise<void> {
+  for (let i = 0; i < n; i++) expect((await ts.api('POST', `/agents/${to}/send`, { content: `${tag} ${i}` })).status).toBe(200);
+}
+
+describe('warm standbys', { timeout: 60_000 }, () => {
+  it('a standby follows every commit of the active and takes over warm: it reads nothing more, and serves the same state', async () => {
+    const { url: db } = await freshDatabase();
+    const a = await replica(db);
+    const b = await replica(db);
+    expect([a.server.role(), b.server.role()]).toEqual(['active', 'standby']);
+    expect(b.server.following()).toMatchObject({ events: 0, replayed: 0, diverged: null });
+
+    const task = await createTask(a, { name: 'followed' });
+    await sendMessages(a, task.root_agent_id, 20, 'note');
+    const root = await connectAgent(a.url, task.token);
+    expect((await root.call('read_inbox', { wait_s: 0 })).ok).toBe(true);
+    await root.close();
+    await caughtUp(b, db);
+    const committed = await eventCount(db);
+    expect(b.server.following()).toMatchObject({ events: committed, tasks: 1, diverged: null });
+    const health = await fetch(`${b.url}/api/health`);
+    expect(health.status).toBe(503);
+    expect(((await health.json()) as any).following).toMatchObject({ events: committed, replayed: 0, tasks: 1, archived: 0, diverged: null });
+
+    const before = { detail: (await a.api('GET', `/tasks/${task.task_id}`)).body, events: (await a.api('GET', `/tasks/${task.task_id}/events`)).body };
+    await handOver(a, b);
+    expect(b.server.startup).toEqual({ replayed_events: 0, archived_tasks: 0, warm: { followed_events: committed, caught_up_events: 0 } });
+    expect(b.server.following()).toBeNull();
+    expect((await b.api('GET', `/tasks/${task.task_id}`)).body).toEqual(before.detail);
+    expect((await b.api('GET', `/tasks/${task.task_id}/events`)).body).toEqual(before.events);
+    // It writes on from there: the next seq follows the last one.
+    expect((await b.api('POST', `/agents/${task.root_agent_id}/send`, { content: 'after the takeover' })).status).toBe(200);
+    const seqs = await withClient(db, async (c) => (await c.query('SELECT seq FROM events WHERE task_id = $1 ORDER BY seq', [task.task_id])).rows.map((r) => r.seq));
+    expect(seqs).toEqual(seqs.map((_, i) => i + 1));
+    expect(seqs.length).toBe(committed + 1);
+  });
+
+  it('a standby started on a history replays it once, then follows; a cut follower connection reconnects at the next poll and reads what it missed', async () => {
+    const { url: db } = await freshDatabase();
+    const a = await replica(db);
+    const task = await createTask(a);
+    await sendMessages(a, task.root_agent_id, 10, 'early');
+    const early = await eventCount(db);
+    const b = await replica(db);
+    expect(b.server.following()).toMatchObject({ replayed: early, events: 0 });
+
+    // Cut the follower's connection (the log connection that is not the lease holder's).
+    const cut = await withClient(db, async (c) =>
+      (
+        await c.query(
+          `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+            WHERE application_name = 'beidou-log' AND pid <> (SELECT holder_pid FROM log_writer)`,
+        )
+      ).rows,
+    );
+    expect(cut).toEqual([{ ok: true }]);
+    await sendMessages(a, task.root_agent_id, 10, 'missed');
+    await caughtUp(b, db);
+    const total = await eventCount(db);
+    expect(b.server.following()).toMatchObject({ replayed: early, events: total - early, diverged: null });
+
+    const before = (await a.api('GET', `/tasks/${task.task_id}/events`)).body;
+    await handOver(a, b);
+    expect(b.server.startup.warm).toEqual({ followed_events: total - early, caught_up_events: 0 });
+    expect((await b.api('GET', `/tasks/${task.task_id}/events`)).body).toEqual(before);
+  });
+
+  it('a row the follower cannot apply as the next of its task stops the following; the takeover then replays from the log and quarantines that task', async () => {
+    const { url: db } = await freshDatabase();
+    const a = await replica(db);
+    const b = await replica(db);
+    const task = await createTask(a);
+    const other = await createTask(a, { name: 'untouched' });
+    await caughtUp(b, db);
+    const last = await withClient(db, async (c) => Number((await c.query('SELECT max(seq) AS s FROM events WHERE task_id = $1', [task.task_id])).rows[0].s));
+    // A row written around the server, leaving a gap in the task's seqs.
+    await withClient(db, async (c) => {
+      await c.query("INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, 0, 'agent_output', $3::json)", [
+        task.task_id,
+        last + 2,
+        JSON.stringify({ seq: last + 2, ts: 0, event: 'agent_output', task_id: task.task_id }),
+      ]);
+      await c.query("SELECT pg_notify('beidou_events', 'test')");
+    });
+    await until('the follower stopped', () => b.server.following()?.diverged ?? undefined, 15_000);
+    expect(b.server.following()!.diverged).toBe(`task ${task.task_id}, seq ${last + 2}: seq ${last + 2}, expected ${last + 1}`);
+    expect(((await (await fetch(`${b.url}/api/health`)).json()) as any).following.diverged).toContain(`seq ${last + 2}, expected ${last + 1}`);
+
+    await handOver(a, b);
+    expect(b.server.startup.warm).toBeNull();
+    expect(b.server.startup.replayed_events).toBeGreaterThan(0);
+    const quarantined = (await b.api('GET', `/tasks/${task.task_id}`)).body;
+    expect(quarantined.quarantine).toMatchObject({ line: last + 2, reason: `seq ${last + 2}, expected ${last + 1}` });
+    expect((await b.api('GET', `/tasks/${other.task_id}`)).body.task.status).toBe('running');
+  });
+
+  it('a task the active archives leaves the standby\'s memory too, and is served from the archive after a takeover', async () => {
+    const { url: db } = await freshDatabase();
+    const clock = new FakeClock();
+    const env = { BEIDOU_ARCHIVE_AFTER_S: '600' };
+    const a = await replica(db, clock, env);
+    const b = await replica(db, clock, env);
+    const ended = await createTask(a, { name: 'will be archived' });
+    const live = await createTask(a, { name: 'still running' });
+    expect((await a.api('POST', `/tasks/${ended.task_id}/terminate`, {})).status).toBe(200);
+    await caughtUp(b, db);
+    expect(b.server.following()).toMatchObject({ tasks: 2, archived: 0 });
+    const before = (await a.api('GET', `/tasks/${ended.task_id}`)).body;
+
+    clock.advance(601);
+    expect(await a.server.archiver.tick()).toEqual([ended.task_id]);
+    await until('the standby unloaded the archived task', () => (b.server.following()?.archived === 1 ? true : undefined), 15_000);
+    expect(b.server.following()).toMatchObject({ tasks: 1, archived: 1 });
+
+    await handOver(a, b);
+    expect(b.server.startup).toMatchObject({ archived_tasks: 1, warm: { caught_up_events: 0 } });
+    expect(b.server.services.registry.state.tasks.has(ended.task_id)).toBe(false);
+    expect((await b.api('GET', `/tasks/${ended.task_id}`)).body).toEqual(before);
+    expect((await b.api('GET', `/tasks/${live.task_id}`)).body.task.status).toBe('running');
+  });
+});
