@@ -5,7 +5,7 @@ import { createInterface } from 'node:readline';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { startGuarded } from '../src/testkit/guard.js';
 import { buildCli } from './support/cli.js';
-import { until } from './support/poll.js';
+import { until, within } from './support/poll.js';
 
 /**
  * The testkit's guard shell (src/testkit/guard.ts), which PostgreSQL, HAProxy and the
@@ -68,7 +68,18 @@ describe('the testkit guard', () => {
     process.kill(child.pid, 'SIGCONT');
     // Had the guard taken the pause for an end, it would have exited with SIGSTOP's status and the child never heard SIGINT.
     expect(await child.stop()).toEqual({ code: 0, signal: null });
-    expect(out.seen).toContain('got SIGINT');
+    await out.until('got SIGINT');
+  });
+
+  it('stops a child left paused: the stop signal, then SIGCONT so it takes effect', async () => {
+    const [cmd, args] = handling('SIGTERM');
+    const child = await startGuarded(cmd, [...args], { stdout: 'pipe' });
+    const out = lines(child.guard.stdout!);
+    await out.until('ready');
+    process.kill(child.pid, 'SIGSTOP');
+    await until('the child stopped', () => (/^\d+ \(.*\) T/.test(readFileSync(`/proc/${child.pid}/stat`, 'utf8')) ? true : undefined));
+    expect(await within(child.stop(), 10_000, 'the paused child stopping')).toEqual({ code: 0, signal: null });
+    await out.until('got SIGTERM');
   });
 
   it('stops the child when its owner is killed with SIGKILL', async () => {

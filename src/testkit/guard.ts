@@ -48,7 +48,8 @@ export interface GuardedChild {
 
 /**
  * `$0` the stop signal, `$1` a file for the child's stderr (or empty), then the command.
- * The watcher (a subshell on the pipe, saved as fd 4) does the stopping; the guard itself
+ * The watcher (a subshell on the pipe, saved as fd 4) does the stopping, and continues a
+ * child left paused (SIGSTOP) so the signal takes effect; the guard itself
  * ignores the terminal's signals and waits on the child to pass its status on. The child
  * keeps neither the pipe nor fd 3, so only the guard and the watcher hold them.
  */
@@ -61,7 +62,7 @@ fi
 pid=$!
 echo "$pid" >&3
 exec 3>&-
-( cat <&4 >/dev/null 2>&1; kill -"$sig" "$pid" 2>/dev/null ) >/dev/null 2>&1 &
+( cat <&4 >/dev/null 2>&1; kill -"$sig" "$pid" 2>/dev/null; kill -CONT "$pid" 2>/dev/null ) >/dev/null 2>&1 &
 watcher=$!
 exec 4<&-
 trap '' INT HUP TERM
