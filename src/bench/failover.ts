@@ -250,7 +250,8 @@ class ClientsProcess {
     child.on('error', (err) => this.fail(new Error(`the bench clients: ${err.message}`)));
     this.done = new Promise((resolve) =>
       child.once('exit', (code, signal) => {
-        if (code !== 0) this.fail(new Error(`the bench clients exited with ${code ?? signal}`));
+        // After its last report nothing waits; before it, whatever waits must hear of it.
+        this.fail(new Error(`the bench clients exited with ${code ?? signal}`));
         resolve();
       }),
     );

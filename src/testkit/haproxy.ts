@@ -83,7 +83,7 @@ export async function startHaproxy(backends: string[], opts: { checkMs?: number 
   writeFileSync(file, config);
   let stderr = '';
   const haproxy = await startGuarded(bin, ['-db', '-f', file], { stderr: 'pipe' });
-  haproxy.guard.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  haproxy.guard.stderr!.on('data', (d: Buffer) => (stderr += d.toString())).on('error', () => undefined);
   const url = `http://127.0.0.1:${port}`;
   try {
     await until(
