@@ -1,5 +1,6 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { failoverLoad, type FailoverCommand, type FailoverJob } from './follow.js';
 import { WireClient } from './wire.js';
 
 /**
@@ -10,7 +11,8 @@ import { WireClient } from './wire.js';
 export type Job =
   | { kind: 'throughput'; url: string; tokens: string[]; targets: string[]; tool: string; seconds: number }
   | { kind: 'delivery'; url: string; senderToken: string; receiverToken: string; receiverId: string; samples: number }
-  | { kind: 'connect'; url: string; tokens: string[] };
+  | { kind: 'connect'; url: string; tokens: string[] }
+  | FailoverJob;
 
 export interface Figures {
   calls: number;
@@ -90,7 +92,16 @@ async function connectMany(job: Extract<Job, { kind: 'connect' }>): Promise<Figu
   return { calls: clients.length, errors, seconds, latenciesMs: [] };
 }
 
+// Its parent gone (killed, or failed before it could stop us), a load generator has no one to answer.
+process.once('disconnect', () => process.exit(1));
+
 process.once('message', async (job: Job) => {
+  if (job.kind === 'failover') {
+    // Talks with the parent while it runs: warm, the kill's watch, stop (section 9).
+    const last = await failoverLoad(job, (m) => process.send!(m), (on) => process.on('message', (c: FailoverCommand) => on(c)));
+    process.send!(last, undefined, {}, () => process.exit(0));
+    return;
+  }
   const run = job.kind === 'throughput' ? throughput : job.kind === 'delivery' ? delivery : connectMany;
   const figures = await run(job as never);
   const used = process.cpuUsage();

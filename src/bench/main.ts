@@ -12,6 +12,7 @@ import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
 import { createDatabase, startPostgres } from '../testkit/postgres.js';
 import type { Figures, Job } from './clients.js';
+import { failoverTime, type FailoverRun } from './failover.js';
 import { historyStart, type StartFigure } from './history.js';
 import { largestRequests } from './limits.js';
 import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
@@ -23,13 +24,14 @@ import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
  * events on start, the event-loop block of the largest requests the limits allow, and how
  * long a message takes to wake an idle Claude Code session (section 6, needs tmux), the start
  * of a home with a long history (section 7), and section 1's send_message on the PostgreSQL
- * store (section 8; both start a real PostgreSQL from Debian's binaries).
+ * store (section 8; both start a real PostgreSQL from Debian's binaries), and failover time
+ * of two replicas on PostgreSQL behind HAProxy (section 9).
  * Clients run in a child process (section 5 runs one in process). Figures, not assertions.
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8,9').split(','));
 /** Section 7: the history a home holds (ended tasks, events per task), the stores, and the starts with the index per store. */
 const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
 const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
@@ -40,6 +42,12 @@ const AGENTS = 50;
 /** Section 6: sends per wake path (after one first wake, reported apart), and which paths. */
 const WAKE_SENDS = Number(process.env.BENCH_WAKE_SENDS ?? 20);
 const WAKE_WAYS = (process.env.BENCH_WAKE_PATHS ?? 'socket,rewake').split(',') as WakeWay[];
+/** Section 9: runs per way of taking the active down (SIGKILL, SIGSTOP), agents sending, HAProxy's check interval (docs/deploy.md's example: 1 s). */
+const FAILOVER_RUNS = Number(process.env.BENCH_FAILOVER_RUNS ?? 3);
+const FAILOVER_AGENTS = Number(process.env.BENCH_FAILOVER_AGENTS ?? 8);
+const FAILOVER_CHECK_MS = Number(process.env.BENCH_FAILOVER_CHECK_MS ?? 1000);
+/** The bar of issue 13: one takes over within 10 s at the defaults. */
+const FAILOVER_BAR_S = 10;
 
 /** The floor: same input shape and the same wrapper as send_message, doing nothing. */
 const noop = definePrimitive({
@@ -220,6 +228,32 @@ async function main(): Promise<void> {
     }
   }
 
+  if (ONLY.has('9')) {
+    const lease = process.env.BEIDOU_LEASE_S ? `BEIDOU_LEASE_S=${process.env.BEIDOU_LEASE_S}` : 'BEIDOU_LEASE_S=3 (the default)';
+    console.log(
+      `9. failover: two beidou serve replicas on one PostgreSQL behind HAProxy (health check every ${FAILOVER_CHECK_MS} ms), ${FAILOVER_AGENTS} agents sending send_message through it (MCP SDK clients in a child process, a call given up after 5 s), ${lease}; the active SIGKILLed, then SIGSTOPped, ${FAILOVER_RUNS} runs each (bar: within ${FAILOVER_BAR_S} s)`,
+    );
+    console.log('  active after: take-down -> the standby logs "took over the lease ...: active"; first ack after: take-down -> the first send_message sent after it acknowledged through HAProxy');
+    const runs = await failoverTime({
+      agents: FAILOVER_AGENTS,
+      runs: FAILOVER_RUNS,
+      checkMs: FAILOVER_CHECK_MS,
+      warmup: 100,
+      after: 100,
+      onRun: (r) => console.log(failoverLine(r)),
+    });
+    for (const how of ['SIGKILL', 'SIGSTOP'] as const) {
+      const of = runs.filter((r) => r.how === how);
+      const active = median(of.map((r) => r.activeS));
+      const ack = median(of.map((r) => r.firstAckS));
+      const worst = Math.max(...of.map((r) => r.firstAckS));
+      console.log(
+        `  ${how} median of ${of.length}: active after ${fmt(active, 2)} s, first ack after ${fmt(ack, 2)} s (worst ${fmt(worst, 2)} s); bar within ${FAILOVER_BAR_S} s: ${worst < FAILOVER_BAR_S ? 'met' : 'MISSED'}`,
+      );
+    }
+    console.log('');
+  }
+
   if (!ONLY.has('4')) return;
   console.log('4. replay of 100,000 events on start');
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-'));
@@ -255,7 +289,33 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
+function failoverLine(r: FailoverRun): string {
+  const replayed = r.replayedEvents === null ? 'replayed ? events' : `replayed ${r.replayedEvents.toLocaleString('en')} events in ${r.replayMs} ms`;
+  const failures = Object.entries(r.failures).map(([k, n]) => `${k} ${n}`).join(', ');
+  const paused = r.stepDownS === null ? '' : `; after SIGCONT ${r.down} stepped down in ${fmt(r.stepDownS, 2)} s`;
+  return (
+    `  ${r.how} run ${r.run} (${r.down} was active): active after ${fmt(r.activeS, 2).padStart(5)} s (${r.up}, ${replayed}, ${r.reason}), first ack after ${fmt(r.firstAckS, 2).padStart(5)} s${paused}; ` +
+    `${r.acked} acknowledged, each stored once, seq gapless (${r.events} events); ${r.failed} calls failed${failures ? ` (${failures})` : ''}, ${r.reconnects} sessions opened`
+  );
+}
+
+const median = (xs: number[]) => pct(xs, 50);
+
+let finished = false;
+// A pending await that nothing keeps alive lets Node exit 0 without a word: say so, and fail.
+process.on('beforeExit', () => {
+  if (finished) return;
+  console.error('bench: the event loop ran empty before the bench finished (an awaited promise nothing could settle any more): failing');
   process.exit(1);
 });
+
+main().then(
+  () => {
+    finished = true;
+  },
+  (err: unknown) => {
+    finished = true;
+    console.error(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    process.exit(1);
+  },
+);

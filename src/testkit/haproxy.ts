@@ -1,18 +1,19 @@
 // In src/ (not test/support/) so the bench, compiled from src/, can put the same load balancer in front of replicas.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { startGuarded } from './guard.js';
 import { until } from './poll.js';
+import { freePort } from './ports.js';
 
 /**
  * A real HAProxy (Debian's `haproxy` package) in front of Beidou replicas, as a deployment
  * runs it: `option httpchk GET /api/health` sends traffic only to the replica answering
  * 200 (the active one; a standby answers 503). Checks run every `checkMs` so a test sees
  * a failover at the speed the replicas manage, not the balancer's. It must not outlive
- * its owner: it runs under a guard shell holding a pipe from us, which stops it when the
- * pipe closes (our death included).
+ * its owner: it runs under the testkit's guard shell (./guard.ts), which stops it when our
+ * pipe to it closes (our death included).
  */
 
 export class HaproxyMissingError extends Error {
@@ -71,25 +72,6 @@ ${backends.map((b) => `  server ${b.name} ${b.address} check`).join('\n')}
 ${statsPort === null ? '' : `\nfrontend stats\n  bind 127.0.0.1:${statsPort}\n  stats enable\n  stats uri /stats\n`}`;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-const GUARD = `
-"$0" -db -f "$1" &
-pid=$!
-cat >/dev/null
-kill "$pid" 2>/dev/null
-wait "$pid"
-`;
-
 /** Starts HAProxy in front of `backends` (`host:port` each); resolves once it accepts connections. */
 export async function startHaproxy(backends: string[], opts: { checkMs?: number } = {}): Promise<TestHaproxy> {
   const bin = findHaproxy();
@@ -100,21 +82,26 @@ export async function startHaproxy(backends: string[], opts: { checkMs?: number 
   const file = path.join(dir, 'haproxy.cfg');
   writeFileSync(file, config);
   let stderr = '';
-  const child: ChildProcess = spawn('sh', ['-c', GUARD, bin, file], { stdio: ['pipe', 'ignore', 'pipe'] });
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const haproxy = await startGuarded(bin, ['-db', '-f', file], { stderr: 'pipe' });
+  haproxy.guard.stderr!.on('data', (d: Buffer) => (stderr += d.toString())).on('error', () => undefined);
   const url = `http://127.0.0.1:${port}`;
-  await until(
-    'haproxy accepting connections',
-    async () => {
-      if (child.exitCode !== null) throw new Error(`haproxy exited: ${stderr}`);
-      return fetch(`${url}/api/health/live`).then(
-        () => true,
-        () => undefined,
-      );
-    },
-    10_000,
-  );
+  try {
+    await until(
+      'haproxy accepting connections',
+      async () => {
+        if (haproxy.exitCode()) throw new Error(`haproxy exited: ${stderr}`);
+        return fetch(`${url}/api/health/live`).then(
+          () => true,
+          () => undefined,
+        );
+      },
+      10_000,
+    );
+  } catch (err) {
+    await haproxy.stop();
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
   const servers = async () => {
     const csv = await (await fetch(`http://127.0.0.1:${statsPort}/stats;csv`)).text();
     const [head, ...rows] = csv.replace(/^# /, '').trim().split('\n').map((l) => l.split(','));
@@ -126,8 +113,7 @@ export async function startHaproxy(backends: string[], opts: { checkMs?: number 
     config,
     servers,
     stop: async () => {
-      child.stdin!.end();
-      await exited;
+      await haproxy.stop();
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -1,11 +1,12 @@
 // In src/ (not test/support/) so the bench, compiled from src/, can run against the PostgreSQL the tests use.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { startGuarded } from './guard.js';
 import { until } from './poll.js';
+import { freePort } from './ports.js';
 
 /**
  * A real PostgreSQL server for tests and the bench: Debian's binaries
@@ -15,8 +16,8 @@ import { until } from './poll.js';
  * database of its own (`createDatabase`).
  *
  * It must never outlive the process that started it, however that process ends: the
- * postmaster runs under a small guard shell that holds a pipe from us, and stops it
- * (fast shutdown) when the pipe closes, SIGKILL of the test run included. A cluster left
+ * postmaster runs under the testkit's guard shell (./guard.ts), which stops it (fast
+ * shutdown) when our pipe to it closes, SIGKILL of the test run included. A cluster left
  * behind anyway (the guard killed too) has a folder of its own and a port of its own, so
  * it cannot block the next run, and the next start sweeps it away.
  */
@@ -81,17 +82,6 @@ function asUser(user: string | null, command: string, args: string[]): [string, 
   return user ? ['runuser', ['-u', user, '--', command, ...args]] : [command, args];
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 const isAlive = (pid: number) => {
   try {
     process.kill(pid, 0);
@@ -125,20 +115,6 @@ export function sweepStaleClusters(tmp = os.tmpdir()): void {
     rmSync(dir, { recursive: true, force: true });
   }
 }
-
-/**
- * The guard: starts the postmaster in the background and waits on its stdin; EOF (our
- * end closed, by `stop()` or by our death) means stop it, with a fast shutdown.
- */
-const GUARD = `
-log="$0"; postgres="$1"; shift
-"$postgres" "$@" 2>>"$log" &
-pg=$!
-trap '' INT HUP TERM
-cat >/dev/null
-kill -INT "$pg" 2>/dev/null
-wait "$pg"
-`;
 
 export interface StartPostgresOptions {
   /** Extra `-c name=value` settings. */
@@ -180,19 +156,12 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Te
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
     const args = ['-D', dataDir, '-p', String(port), '-k', socketDir, ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
-    const [cmd, cmdArgs] = asUser(user, '/bin/sh', ['-c', GUARD, logFile, path.join(bin, 'postgres'), ...args]);
-    const guard = spawn(cmd, cmdArgs, { stdio: ['pipe', 'ignore', 'ignore'], detached: true });
-    guard.stdin!.on('error', () => undefined);
     // Neither the guard nor its pipe may keep a finished test run alive.
-    guard.unref();
-    (guard.stdin as unknown as { unref?: () => void }).unref?.();
-    const exited = new Promise<void>((resolve) => guard.once('exit', () => resolve()));
-    let gone = false;
-    void exited.then(() => (gone = true));
+    const postmaster = await startGuarded(path.join(bin, 'postgres'), args, { stopSignal: 'INT', stderrFile: logFile, user, detached: true, keepsOwnerAlive: false });
     const url = (database: string) => `postgres://${ROLE}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
     try {
       await until(`PostgreSQL to accept connections on port ${port}`, async () => {
-        if (gone) throw new Error(`postgres exited at start: ${readFileSync(logFile, 'utf8').slice(-2000)}`);
+        if (postmaster.exitCode()) throw new Error(`postgres exited at start: ${readFileSync(logFile, 'utf8').slice(-2000)}`);
         const client = new pg.Client({ connectionString: url('postgres') });
         client.on('error', () => undefined);
         try {
@@ -204,8 +173,7 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Te
         }
       }, 30_000);
     } catch (err) {
-      stopGuard(guard);
-      await exited;
+      await postmaster.stop();
       if (attempt < 3 && /could not bind|Address already in use/.test(readFileSync(logFile, 'utf8'))) continue; // the port was taken meanwhile
       rmSync(dir, { recursive: true, force: true });
       throw err;
@@ -221,17 +189,11 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Te
       url,
       stop: () =>
         (stopping ??= (async () => {
-          guard.ref(); // until it is gone
-          stopGuard(guard);
-          await exited;
+          await postmaster.stop();
           rmSync(dir, { recursive: true, force: true });
         })()),
     };
   }
-}
-
-function stopGuard(guard: ChildProcess): void {
-  guard.stdin!.end();
 }
 
 /** A fresh, empty database (from `template0`); `adminUrl` names any database of the server. */

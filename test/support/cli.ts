@@ -1,8 +1,8 @@
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import { freePort } from '../../src/testkit/ports.js';
 
 /**
  * The `beidou` binary as a person runs it: child processes of `node dist/cli/main.js`,
@@ -108,13 +108,4 @@ export class CliChild {
 }
 
 /** A loopback port nothing listens on: bound by the OS, then closed. */
-export function closedPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+export const closedPort = freePort;
