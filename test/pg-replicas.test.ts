@@ -187,9 +187,15 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
 
     // Asked while paused, answered after it resumes: it must fail, not succeed.
     const during = agent.call('send_message', { to: task.root_agent_id, content: 'asked of the old active' }).catch((err: unknown) => ({ ok: false as const, thrown: String(err) }));
+    // A load balancer's check, waiting while it is paused: it must not be told 200 (the
+    // lease is unconfirmed since the pause), or it would route new work to a fenced replica.
+    const checked = health(a.url);
     a.child.proc.kill('SIGCONT');
     const outcome = await within(during, 15_000, 'the old active answers');
     expect(outcome.ok).toBe(false);
+    const check = await within(checked, 15_000, 'the old active answers its health check');
+    expect(check.status).toBe(503);
+    expect(check.body.role === 'standby' || check.body.lease === 'unconfirmed').toBe(true);
 
     await until('the old active says it stepped down', () => (/lost the lease to \S+ \(epoch \d+ → \d+\): stepping down to standby/.test(a.child.stderr) ? true : undefined), 15_000);
     const line = /lost the lease to (\S+) \(epoch (\d+) → (\d+)\): stepping down to standby/.exec(a.child.stderr)!;

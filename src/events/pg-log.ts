@@ -80,6 +80,8 @@ export class PgEventLog implements EventLog {
   private readonly onLost: (lost: LeaseLost) => void;
   private renewTimer: NodeJS.Timeout | null = null;
   private renewing = false;
+  /** When the last renewal (or the takeover) that succeeded was asked for (`performance.now()`, a duration base). */
+  private confirmedAt = 0;
   private lost: LeaseLost | null = null;
   /** The lease this log took over at open: who held it before, and their epoch. */
   previous: { holder: string | null; epoch: number; expired: boolean } | null = null;
@@ -152,6 +154,7 @@ export class PgEventLog implements EventLog {
    * old holder's log connection if it is still there (a paused process keeps it open).
    */
   private async acquire(client: pg.Client): Promise<void> {
+    const asked = performance.now();
     await client.query('BEGIN');
     try {
       const { old, alive } = await this.leaseHeld(client, 'FOR UPDATE');
@@ -161,6 +164,7 @@ export class PgEventLog implements EventLog {
         [this.holder, this.leaseS],
       );
       await client.query('COMMIT');
+      this.confirmedAt = asked;
       this.epoch = Number(taken[0]!.epoch);
       this.previous = { holder: old.holder, epoch: Number(old.epoch), expired: old.expired };
       if (alive) {
@@ -195,6 +199,20 @@ export class PgEventLog implements EventLog {
     return { old, alive };
   }
 
+  /**
+   * Whether this writer has confirmed its lease within its length (a renewal asked for less
+   * than `BEIDOU_LEASE_S` ago succeeded). Not confirmed: it may have been paused past its
+   * lease and taken over, which only its next renewal or commit would tell; it then asks
+   * for a renewal at once. Its health check answers 503 meanwhile, so a load balancer
+   * sends nothing to an active that may no longer be one.
+   */
+  leaseConfirmed(): boolean {
+    if (this.epoch === 0 || this.follower || this.lost) return false;
+    if (performance.now() - this.confirmedAt < this.leaseS * 1000) return true;
+    void this.renew();
+    return false;
+  }
+
   /** Renews the lease; once it is lost (fenced, or run out while the log is failed), says so once. */
   private async renew(): Promise<void> {
     if (this.renewing || this.closed || this.lost) return;
@@ -210,8 +228,10 @@ export class PgEventLog implements EventLog {
       }
       const client = (this.client ??= await this.reconnect());
       // By epoch alone: a renewal that comes late, with no takeover meanwhile, still holds.
+      const asked = performance.now();
       const { rowCount } = await client.query('UPDATE log_writer SET expires_at = now() + make_interval(secs => $2) WHERE epoch = $1', [this.epoch, this.leaseS]);
       if (rowCount === 0) throw new WriterFencedError(this.epoch);
+      this.confirmedAt = asked;
     } catch (err) {
       if (err instanceof WriterFencedError) await this.fenced(err);
       // Anything else (the database away for a moment) is retried at the next tick; if a

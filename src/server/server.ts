@@ -177,6 +177,17 @@ async function run(
   outer.set('trust proxy', false);
   // Liveness, on every replica and in every role: the process answers (Docker's HEALTHCHECK).
   outer.get('/api/health/live', (_req, res) => void res.json({ ok: true, version: VERSION, role: core ? 'active' : 'standby' }));
+  // An active replica whose lease is not confirmed lately (it was paused past it, or its
+  // renewals cannot reach the database) may have been taken over: its health check says
+  // so (503), and the balancer stops sending it work until a renewal succeeds or it steps down.
+  outer.get('/api/health', (_req, res, next) => {
+    const log = core?.services.registry.log;
+    if (!core || !(log instanceof PgEventLog) || log.leaseConfirmed()) return next();
+    res
+      .status(503)
+      .set('Retry-After', '1')
+      .json({ ok: false, version: VERSION, role: 'active', lease: 'unconfirmed', message: 'this replica cannot confirm its lease lately (paused, or the database unreachable): it is checking whether it is still the active one' });
+  });
   const standby = standbyApp(() => ({ holder: lastHolder, retryAfterS: config.leaseS, since: standbySince, following: currentFollowing() }));
   // Each request goes to the role the replica has when it arrives.
   outer.use((req, res, next) => (core ? core.app(req, res, next) : standby(req, res, next)));
