@@ -40,8 +40,10 @@ export interface FailoverRun {
   activeS: number;
   /** (b) the take-down → the first send_message sent after it and acknowledged. */
   firstAckS: number;
-  /** What the new active replayed at takeover ("registry rebuilt from the event logs"). */
-  replayedEvents: number | null;
+  /** What the new active read at takeover, and in how long: a warm standby reads what it had not followed ("registry caught up from the log"), a cold one replays ("registry rebuilt from the event logs"). */
+  warm: boolean;
+  readEvents: number | null;
+  followedEvents: number | null;
   replayMs: number | null;
   /** The reason in its takeover line: "its connection was gone" or "its lease had expired". */
   reason: string;
@@ -118,8 +120,11 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
       const at = Date.now();
       process.kill(down.pid, how);
       clients.send({ watch: { after: at, more: opts.after } });
-      const took = await standby.logLine('its takeover line', /^took over the lease from .*: active$/, standbyFrom, WAIT_MS);
-      const rebuilt = standby.log.slice(standbyFrom).find((l) => l.msg === 'registry rebuilt from the event logs');
+      const took = await standby.logLine('its takeover line', /^took over the lease from .*: active(;.*)?$/, standbyFrom, WAIT_MS);
+      const rebuilt = standby.log
+        .slice(standbyFrom)
+        .find((l) => l.msg === 'registry rebuilt from the event logs' || (typeof l.msg === 'string' && l.msg.startsWith('registry caught up from the log')));
+      const warm = typeof rebuilt?.followed === 'number';
       const watched = await clients.next(`${opts.after} sends acknowledged after the take-down`, (m) => ('watched' in m ? m.watched : undefined));
 
       let stepDownS: number | null = null;
@@ -152,9 +157,11 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
         up: standby.name,
         activeS: (took.time - at) / 1000,
         firstAckS: (watched.first.ackedAt - at) / 1000,
-        replayedEvents: typeof rebuilt?.events === 'number' ? rebuilt.events : null,
+        warm,
+        readEvents: typeof rebuilt?.events === 'number' ? rebuilt.events : null,
+        followedEvents: warm ? (rebuilt!.followed as number) : null,
         replayMs: typeof rebuilt?.ms === 'number' ? rebuilt.ms : null,
-        reason: /; (its [^)]*)\): active$/.exec(took.msg)?.[1] ?? '',
+        reason: /; (its [^)]*)\): active/.exec(took.msg)?.[1] ?? '',
         stepDownS,
         acked: done.acked.length,
         failed: done.failed,

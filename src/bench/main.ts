@@ -290,7 +290,10 @@ async function main(): Promise<void> {
 }
 
 function failoverLine(r: FailoverRun): string {
-  const replayed = r.replayedEvents === null ? 'replayed ? events' : `replayed ${r.replayedEvents.toLocaleString('en')} events in ${r.replayMs} ms`;
+  const n = (x: number | null) => (x === null ? '?' : x.toLocaleString('en'));
+  const replayed = r.warm
+    ? `warm: read ${n(r.readEvents)} events at the takeover (${n(r.followedEvents)} followed) in ${r.replayMs} ms`
+    : `cold: replayed ${n(r.readEvents)} events in ${r.replayMs} ms`;
   const failures = Object.entries(r.failures).map(([k, n]) => `${k} ${n}`).join(', ');
   const paused = r.stepDownS === null ? '' : `; after SIGCONT ${r.down} stepped down in ${fmt(r.stepDownS, 2)} s`;
   return (
