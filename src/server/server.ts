@@ -295,8 +295,15 @@ async function run(
           return false;
         }
         if (from) {
-          // The follower could not take over (its connection, or a history it does not
-          // match): the next attempt replays afresh.
+          const still = isFollowingLog(from.registry.log) ? from.registry.log.following() : null;
+          if (still && !still.diverged) {
+            // Refused before the lease was taken (the database away for a moment): it still
+            // follows, and the next attempt reads on from where it is.
+            logger.warn({ err }, `could not take over: ${(err as Error).message}; trying again`);
+            return false;
+          }
+          // It took the lease but could not catch up, or stopped following: the next
+          // attempt replays afresh.
           warm = null;
           await from.close();
           logger.warn({ err }, `could not take over on the followed log: ${(err as Error).message}; trying again with a fresh replay`);
