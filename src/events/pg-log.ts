@@ -346,6 +346,8 @@ export class PgEventLog implements EventLog {
       report.archived = archived;
       this.follower = { onEvent, position: upTo, events: 0, pulling: null, again: false, diverged: null };
       await this.listenForCommits(client);
+      // What was committed between the replay's bound and the LISTEN told no one.
+      this.pull().catch(() => undefined);
       return report;
     } catch (err) {
       this.client = null;

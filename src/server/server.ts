@@ -242,7 +242,12 @@ async function run(
     if (!w || absorbing) return;
     absorbing = true;
     try {
-      const gone = w.registry.absorbArchived(await w.index.load());
+      // Caught up first, so the marks of what was archived match what it holds.
+      const log = followingLog();
+      await log?.pull();
+      const entries = await w.index.load();
+      if (warm !== w) return; // it took over meanwhile: its archiver does this now
+      const gone = w.registry.absorbArchived(entries);
       if (gone > 0) logger.debug({ tasks: gone }, 'standby: unloaded tasks the active archived');
     } catch (err) {
       logger.debug({ err }, 'standby: could not read the archive index');
