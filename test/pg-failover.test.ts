@@ -275,52 +275,59 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
   });
 });
 
+const SHIP = { question: 'Ship it?', header: 'Ship', multiSelect: false, options: [{ label: 'Yes', description: 'ship' }, { label: 'No', description: 'hold' }] };
+
+/**
+ * The root, through the balancer, blocked in `ask_user` as an agent's MCP client calls it
+ * (a call that loses its connection ends: the SDK reports the cut stream as a transport
+ * error); the active replica SIGKILLed; the call ended; a new session with the same token
+ * once the new active serves, with the question still pending there exactly once.
+ */
+async function askedAcrossFailover() {
+  const { url: db } = await freshDatabase();
+  const { a, b, lb } = await balanced(db);
+  const api = adminVia(() => lb, db);
+  const events = await eventReader(db);
+  const task = (await api('POST', '/tasks', { task: 'ask across a failover', spawn: false })).body as { task_id: string; root_agent_id: string; token: string };
+  const agent: TestAgent = await connectAgent(lb, task.token);
+  closers.push(() => agent.close());
+  const cut = new AbortController();
+  agent.client.onerror = (err) => cut.abort(err);
+  let qid = null as string | null;
+  const asking = agent.client
+    .callTool({ name: 'ask_user', arguments: { questions: [SHIP] } }, undefined, {
+      signal: cut.signal,
+      timeout: 600_000,
+      resetTimeoutOnProgress: true,
+      onprogress: (p) => (qid ??= /\b(q_[0-9a-f]+)\b/.exec(p.message ?? '')?.[1] ?? null),
+    })
+    .then(
+      (r) => ({ returned: r as CallToolResult }),
+      (err: unknown) => ({ failed: String(err) }),
+    );
+  // The progress names the question once it is stored.
+  await until('the question stored', () => qid ?? undefined, 15_000);
+  expect(((await api('GET', '/questions/pending')).body as Array<{ qid: string }>).map((q) => q.qid)).toEqual([qid]);
+
+  a.child.proc.kill('SIGKILL');
+  const ended = await within(asking, 20_000, 'the blocked ask_user ending with its connection');
+  expect(ended).toHaveProperty('failed');
+
+  await untilActive(b.url, 15_000);
+  await routedTo(balancer!, 'DOWN,UP');
+  const again = await until('a new session on the new active', async () => connectAgent(lb, task.token).catch(() => undefined), 15_000);
+  closers.push(() => again.close());
+  // Still pending there, exactly once: not lost, not asked again.
+  expect(((await api('GET', '/questions/pending')).body as Array<{ qid: string }>).map((q) => q.qid)).toEqual([qid]);
+  return { db, b, lb, api, events, task, qid: qid as string, again };
+}
+
 describe('a blocked ask_user across a failover', { timeout: 120_000 }, () => {
   it('SIGKILL of the active: the blocked call ends, the agent reconnects with the same token, the user answers on the new active (beidou answer) and the answer reaches read_inbox once', async () => {
-    const { url: db } = await freshDatabase();
-    const { a, b, lb } = await balanced(db);
-    const api = adminVia(() => lb, db);
-    const events = await eventReader(db);
-    const task = (await api('POST', '/tasks', { task: 'ask across a failover', spawn: false })).body as { task_id: string; root_agent_id: string; token: string };
-
-    // The root asks the user through the balancer, as an agent's MCP client does: a call
-    // that loses its connection ends (the SDK reports the cut stream as a transport error).
-    const agent: TestAgent = await connectAgent(lb, task.token);
-    closers.push(() => agent.close());
-    const cut = new AbortController();
-    agent.client.onerror = (err) => cut.abort(err);
-    let qid: string | null = null;
-    const question = { question: 'Ship it?', header: 'Ship', multiSelect: false, options: [{ label: 'Yes', description: 'ship' }, { label: 'No', description: 'hold' }] };
-    const asking = agent.client
-      .callTool({ name: 'ask_user', arguments: { questions: [question] } }, undefined, {
-        signal: cut.signal,
-        timeout: 600_000,
-        resetTimeoutOnProgress: true,
-        onprogress: (p) => (qid ??= /\b(q_[0-9a-f]+)\b/.exec(p.message ?? '')?.[1] ?? null),
-      })
-      .then(
-        (r) => ({ returned: r as CallToolResult }),
-        (err: unknown) => ({ failed: String(err) }),
-      );
-    // The progress names the question once it is stored.
-    await until('the question stored', () => qid ?? undefined, 15_000);
-    const pending = (await api('GET', '/questions/pending')).body as Array<{ qid: string }>;
-    expect(pending.map((q) => q.qid)).toEqual([qid]);
-
-    a.child.proc.kill('SIGKILL');
-    const ended = await within(asking, 20_000, 'the blocked ask_user ending with its connection');
-    expect(ended).toHaveProperty('failed');
-
-    // A new session with the same token, through the balancer, once the new active serves.
-    await untilActive(b.url, 15_000);
-    await routedTo(balancer!, 'DOWN,UP');
-    const again = await until('a new session on the new active', async () => connectAgent(lb, task.token).catch(() => undefined), 15_000);
-    closers.push(() => again.close());
-    // Still pending there, exactly once: not lost, not asked again.
-    expect(((await api('GET', '/questions/pending')).body as Array<{ qid: string }>).map((q) => q.qid)).toEqual([qid]);
+    const { db, b, lb, api, events, task, qid, again } = await askedAcrossFailover();
     const waiting = again.call('read_inbox', { wait_s: 30 });
 
-    const answered = await beidou(['answer', qid!, '--choose', 'Yes', '--server', lb], { BEIDOU_ADMIN_TOKEN: sharedSecrets(db).BEIDOU_ADMIN_TOKEN });
+    const answered = await beidou(['answer', qid, '--choose', 'Yes', '--server', lb], { BEIDOU_ADMIN_TOKEN: sharedSecrets(db).BEIDOU_ADMIN_TOKEN });
     expect(answered).toMatchObject({ code: 0, stdout: `answered ${qid}\n` });
     const read = await within(waiting, 20_000, 'read_inbox returning the answer');
     expect(read.ok).toBe(true);
@@ -342,5 +349,29 @@ describe('a blocked ask_user across a failover', { timeout: 120_000 }, () => {
     expect(named(rows, 'agent_input', (e) => e.message_id === messages[0]!.message_id)).toHaveLength(1);
     expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
     expect((await health(b.url)).body.role).toBe('active');
+  });
+
+  it('SIGKILL of the active: the agent, reconnected, asks the same question again; it waits for the pending one (the user sees it once) and returns its answer, with nothing in the inbox', async () => {
+    const { api, events, task, qid, again } = await askedAcrossFailover();
+    // The new call's first progress says which question it waits for: the one asked on the old active.
+    let waitingFor = null as string | null;
+    const reasked = again.client.callTool({ name: 'ask_user', arguments: { questions: [SHIP] } }, undefined, {
+      timeout: 600_000,
+      resetTimeoutOnProgress: true,
+      onprogress: (p) => (waitingFor ??= /\b(q_[0-9a-f]+)\b/.exec(p.message ?? '')?.[1] ?? null),
+    }) as Promise<CallToolResult>;
+    expect(await until('the repeated call waiting', () => waitingFor ?? undefined, 10_000)).toBe(qid);
+    expect(((await api('GET', '/questions/pending')).body as Array<{ qid: string }>).map((q) => q.qid)).toEqual([qid]);
+
+    expect((await api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['No'] }] })).status).toBe(200);
+    const out = await within(reasked, 20_000, 'the repeated ask_user returning the answer');
+    expect(out.isError).toBeFalsy();
+    expect(out.structuredContent).toMatchObject({ qid, answers: [{ selected_labels: ['No'] }] });
+    expect(await again.call('read_inbox')).toMatchObject({ ok: true, value: { messages: [] } });
+    const rows = await events(task.task_id);
+    expect(named(rows, 'question_asked').map((e) => e.qid)).toEqual([qid]);
+    expect(named(rows, 'question_answered').map((e) => e.qid)).toEqual([qid]);
+    expect(named(rows, 'inbox.posted', (e) => e.to === task.root_agent_id)).toEqual([]);
+    expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
   });
 });
