@@ -18,8 +18,8 @@ import { freshDatabase } from './support/store.js';
  * PostgreSQL, a real HAProxy in front, a real `beidou spawner` running scripted agents
  * (examples/scripted-agent.mjs) and real MCP SDK clients; the active replica is SIGKILLed.
  * A spawner reconnects to the new active by itself and keeps its agents (the same
- * processes, not relaunched), launches what is asked after the failover and delivers to
- * its agents; met with a standby's 503 or a refused connection it keeps retrying with
+ * processes, not relaunched), posts once what they said meanwhile (its spool), launches
+ * what is asked after the failover and delivers to its agents; met with a standby's 503 or a refused connection it keeps retrying with
  * backoff and says why. A blocked `ask_user` ends with its connection, and its question,
  * answered on the new active, reaches the asker's inbox once.
  */
@@ -122,6 +122,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     const work = tmp('beidou-failover-');
     const workdir = path.join(work, 'agents');
     const scriptFile = path.join(work, 'script.json');
+    const goFile = path.join(work, 'go');
     writeFileSync(
       scriptFile,
       JSON.stringify({
@@ -136,7 +137,8 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
           { wait: 'spawn the late one' },
           { call: 'spawn_agent', again: ['task_not_pending'], args: { task_id: 'late' } },
         ],
-        early: [{ wait: 'ping after the failover', save: 'ping' }, text('early-heard', '{{ping.content}}')],
+        // What it says while no replica serves waits in the spawner's spool, posted once after.
+        early: [{ wait_file: goFile }, text('during-1'), text('during-2'), { wait: 'ping after the failover', save: 'ping' }, text('early-heard', '{{ping.content}}')],
         late: [text('late-up')],
       }),
     );
@@ -167,6 +169,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     const pids = { root: agentPid(workdir, task.task_id, task.root_agent_id)!, early: agentPid(workdir, task.task_id, earlyId)! };
 
     a.child.proc.kill('SIGKILL');
+    writeFileSync(goFile, '');
     await untilActive(b.url, 15_000);
     // The spawner found the new active through the balancer by itself, with both agents still its own and their processes reported.
     let last: unknown = null;
@@ -196,6 +199,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     }, 30_000);
 
     expect(named(rows, 'assistant_text', (e) => e.message_id === 'early-heard')[0]!.text).toContain('ping after the failover');
+    for (const id of ['during-1', 'during-2']) expect(named(rows, 'assistant_text', (e) => e.message_id === id)).toHaveLength(1);
     for (const m of [ping.body.message_id, go.body.message_id]) expect(named(rows, 'agent_input', (e) => e.message_id === m).map((e) => e.via)).toEqual(['spawner']);
     const late = named(rows, 'agent_spawned', (e) => e.name?.startsWith('late-'))[0]!;
     expect(named(rows, 'launch.assigned', (e) => e.agent_id === late.agent_id).map((e) => e.spawner_id)).toEqual([spawnerId]);
