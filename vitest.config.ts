@@ -45,7 +45,7 @@ const NO_STORE = [
  */
 const CLAUDE_CODE = ['test/wake.test.ts', 'test/wake-faults.test.ts', 'test/wake-hostile.test.ts', 'test/attach.test.ts', 'test/claude.test.ts'];
 
-/** The PostgreSQL store's own guarantees (group commit, the key fence, migrations, a cut connection). */
+/** The PostgreSQL store's own guarantees (group commit, the key fence, migrations, a cut connection; replicas, and what reconnects across a failover). */
 const POSTGRES_ONLY = ['test/pg-*.test.ts'];
 
 /** The PostgreSQL projects' shared setup: one server for the run, a database per test server. */

@@ -502,6 +502,38 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     await answerGoesToInbox(task, held.qid);
   });
 
+  // docs/tools.md: a client whose call ended (here its own timeout; a reconnect after a
+  // restart or a failover is the same) and that asks again is not a second question: the
+  // new call waits for the pending one, and its answer comes back on that call.
+  it('an ask_user asked again after its call ended waits for the pending question: asked once, answered on the second call, nothing in the inbox', async () => {
+    const context = 'asked twice';
+    const { task, root, held, asking } = await rootAsking((agent) =>
+      agent.client.callTool({ name: 'ask_user', arguments: { questions: [YES_NO], context } }, undefined, { timeout: 300 }),
+    );
+    expect(await asking).toMatchObject({ rejected: true });
+    await callEnded(task.root_agent_id);
+
+    const again = await connect(task.token);
+    const second = again.call('ask_user', { questions: [{ ...YES_NO }], context });
+    await until('the second call waiting', () => (ts.server.services.activity.busy(task.root_agent_id) ? true : undefined), 5_000);
+    // The same question with other context is another question: asked anew.
+    const other = root.call('ask_user', { questions: [YES_NO], context: 'another context' });
+    await until('the other question asked', async () => ((await pendingAtGateway()).length === 2 ? true : undefined), 5_000);
+    const pending = (await pendingAtGateway()).filter((q) => q.context === context);
+    expect(pending.map((q) => q.qid)).toEqual([held.qid]);
+
+    expect(await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] })).toMatchObject({ status: 200 });
+    expect(must(await second)).toMatchObject({ qid: held.qid, answers: [{ selected_labels: ['Yes'], selected_values: ['yes'] }] });
+    // Answered on the call: not in the inbox as well.
+    expect(await inbox(again)).toEqual([]);
+    const asked = (await events(task.task_id)).filter((e) => e.event === 'question_asked' && e.context === context);
+    expect(asked.map((e) => e.qid)).toEqual([held.qid]);
+    const otherQid = (await pendingAtGateway()).find((q) => q.context === 'another context')!.qid;
+    expect(otherQid).not.toBe(held.qid);
+    expect(await ts.api('POST', `/questions/${otherQid}/answer`, { answers: [{ selected_labels: ['No'] }] })).toMatchObject({ status: 200 });
+    expect(must(await other)).toMatchObject({ qid: otherQid });
+  });
+
   // On shutdown in-flight requests are finished or failed; a blocked ask_user ends
   // promptly with gateway_unavailable (its question stays pending).
   it('fails an in-flight ask_user promptly with gateway_unavailable when the server stops', async () => {

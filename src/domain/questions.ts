@@ -19,10 +19,24 @@ import { answerEffects, declineEffects } from './system-questions.js';
 /**
  * An agent's question: to its leader's inbox, or to the gateway when its leader is the user.
  * The caller puts the asker's waiter in place for `qid` before it commits the drafts.
+ *
+ * Asked again while the same question (the same questions and context) of the same asker
+ * is pending and no call waits for it (`waiting`): its call ended (a dropped connection,
+ * a restart, a failover to another replica) and the client asks again. Then no question is
+ * asked: the call waits for the pending one (`repeated`, no drafts), so its holder and the
+ * user see it once and its answer comes back on this call.
  */
-export function ask(ctx: DomainContext, asker: AgentRecord, questions: QuestionItem[], context: string | null): { qid: string; drafts: EventDraft[] } {
+export function ask(
+  ctx: DomainContext,
+  asker: AgentRecord,
+  questions: QuestionItem[],
+  context: string | null,
+  waiting: (qid: string) => boolean = () => false,
+): { qid: string; drafts: EventDraft[]; repeated: boolean } {
   assertContentSize(ctx.config, 'context', context);
   assertContentSize(ctx.config, 'questions', questionsText(questions));
+  const same = pendingRepeat(ctx, asker, questions, context, waiting);
+  if (same) return { qid: same.qid, drafts: [], repeated: true };
   const qid = ctx.ids.next('q');
   const holder = asker.leader_id === USER ? null : asker.leader_id;
   const drafts: EventDraft[] = [
@@ -40,7 +54,24 @@ export function ask(ctx: DomainContext, asker: AgentRecord, questions: QuestionI
     },
   ];
   if (holder) drafts.push(inboxQuestion(ctx, qid, { agent_id: holder, task_id: asker.task_id }, asker, questions, context, asker.agent_id));
-  return { qid, drafts };
+  return { qid, drafts, repeated: false };
+}
+
+/** The asker's own pending `ask_user` question equal to this one that no call waits for, oldest first. */
+function pendingRepeat(ctx: DomainContext, asker: AgentRecord, questions: QuestionItem[], context: string | null, waiting: (qid: string) => boolean): QuestionRecord | null {
+  const wanted = canonical(questions);
+  for (const q of ctx.state.questions.values()) {
+    if (q.asker !== asker.agent_id || q.status !== 'pending' || q.origin !== 'ask_user' || q.context !== context || waiting(q.qid)) continue;
+    if (canonical(q.questions) === wanted) return q;
+  }
+  return null;
+}
+
+/** JSON with every object's keys sorted: the same questions compare equal whatever their key order. */
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) =>
+    v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : v,
+  );
 }
 
 /** One hop up: to the holder's leader, or to the user gateway from the root (`newHolder` null). */

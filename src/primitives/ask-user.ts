@@ -12,7 +12,8 @@ export const askUser = definePrimitive({
   description: [
     'Ask 1-4 questions. They go to your leader first, who answers or escalates them one hop at a time; only what no leader can answer',
     'reaches the user (the root asks the user directly). Blocks until answered, with no timeout; progress notifications keep the call alive.',
-    'If the call ends first, the question stays pending and its answer arrives in your inbox as [ANSWER qid] ...',
+    'If the call ends first, the question stays pending and its answer arrives in your inbox as [ANSWER qid] ...;',
+    'asking the same question again (same questions and context) while it is pending waits for it instead of asking anew.',
     'Each question: question, header (at most 12 characters, may be empty), multiSelect, and options: none (free text) or 2-4',
     '{label, description, value?, requires_text?}. Returns answers[i] {selected_labels, selected_values, text} and answer_text.',
     'Errors: invalid_input (names the question index and field), user_declined, content_too_large (context, or all question texts',
@@ -31,11 +32,13 @@ export const askUser = definePrimitive({
   allowedDuringReview: true,
   async handler({ questions, context }, { services, caller, signal, progress, replyFlushed }) {
     const { registry, config, stopping } = services;
-    const { qid, drafts } = routing.ask(services.domain, caller, questions, context ?? null);
+    // The same question asked again after its call ended waits for it (domain/questions.ts).
+    const { qid, drafts, repeated } = routing.ask(services.domain, caller, questions, context ?? null, (q) => services.questions.has(q));
     // The waiter is in place before anyone can see the question, so a fast answer reaches
     // this call rather than the inbox.
     const answer = services.questions.wait(qid, AbortSignal.any([signal, stopping]));
-    await registry.commit(drafts);
+    if (repeated) services.logger.info({ qid, agent: caller.agent_id }, `ask_user repeats pending question ${qid}: waiting for it`);
+    else await registry.commit(drafts);
     const where = () => {
       const holder = questionHolder(registry.state.questions.get(qid)!);
       return holder === USER ? 'the user' : `agent ${holder}`;

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { INSTANCE_HEADER, SPAWNER_API, SPOOL_SEQ_HEADER, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
 import { reaped, Reaper } from './reaper.js';
+import { Backoff, describeStreamFailure, retryAfterMs, seconds, StreamRefused } from './reconnect.js';
 import type { SendOutcome, Spool } from './spool.js';
 import { Supervisor, type SupervisorHost } from './supervisor.js';
 
@@ -85,24 +86,31 @@ export class Spawner implements SupervisorHost {
     const sending = this.opts.spool.deliver((route, body, seq) => this.sendSpooled(route, body, seq), this.stopping.signal, (route, seq) =>
       this.log.error({ route, seq }, 'the server refused a spooled report; dropped it'),
     );
-    let backoff = 250;
+    // A server restarting, failing over to another replica or gone for a while: keep
+    // trying (reconnect.ts), one line each time saying why and for how long.
+    const backoff = new Backoff();
     while (!this.stopping.signal.aborted) {
+      let why: string;
+      let retryAfter: number | null = null;
       try {
-        await this.stream();
-        backoff = 250;
+        await this.stream(() => backoff.reset());
+        why = `the command stream from ${this.opts.serverUrl} ended`;
       } catch (err) {
         if (this.stopping.signal.aborted) break;
-        this.log.warn({ err: (err as Error).message }, 'command stream failed; reconnecting');
+        why = describeStreamFailure(this.opts.serverUrl, err);
+        if (err instanceof StreamRefused) retryAfter = err.retryAfterMs;
       }
       this.markUnreachable();
       if (this.stopping.signal.aborted) break;
-      await new Promise((r) => setTimeout(r, backoff));
-      backoff = Math.min(backoff * 2, 5_000);
+      const wait = backoff.next(retryAfter);
+      this.log.warn({ server: this.opts.serverUrl, retry_in_ms: wait }, `${why}; retrying in ${seconds(wait)} s`);
+      await new Promise((r) => setTimeout(r, wait));
     }
     await sending;
   }
 
-  private async stream(): Promise<void> {
+  /** One command stream, until it ends; `opened` once the server accepted it. */
+  private async stream(opened: () => void): Promise<void> {
     const url = `${this.opts.serverUrl}${SPAWNER_API}/stream?max_agents=${this.opts.maxAgents}&name=${encodeURIComponent(this.opts.name)}`;
     const res = await fetch(url, {
       headers: { authorization: `Bearer ${this.opts.token}`, accept: 'text/event-stream', [INSTANCE_HEADER]: this.instance },
@@ -110,10 +118,14 @@ export class Spawner implements SupervisorHost {
     });
     if (!res.ok || !res.body) {
       const body = await res.text().catch(() => '');
-      const err = new Error(`stream refused: ${res.status} ${body}`);
-      if (res.status === 401) this.stop(); // a bad token will not get better by retrying
-      throw err;
+      if (res.status === 401) {
+        // A bad token will not get better by retrying.
+        this.log.error({ server: this.opts.serverUrl, body: body.slice(0, 300) }, `the server at ${this.opts.serverUrl} refused this spawner's token (401): stopping`);
+        this.stop();
+      }
+      throw new StreamRefused(res.status, body, retryAfterMs(res.headers.get('retry-after')));
     }
+    opened();
     const parser = createParser({
       onEvent: (e) => {
         if (e.event !== 'command') return;
@@ -181,7 +193,11 @@ export class Spawner implements SupervisorHost {
   private startHeartbeat(): void {
     if (this.heartbeat) clearInterval(this.heartbeat);
     // Each beat reports what this spawner really runs; the first follows the hello at once.
-    const beat = () => void this.post('/heartbeat', { agents: [...this.agents.values()].map((sup) => sup.running()) }).catch((err: unknown) => this.log.warn({ err: (err as Error).message }, 'heartbeat failed'));
+    // While the stream is down its retry lines say why; a failed beat then is no news.
+    const beat = () =>
+      void this.post('/heartbeat', { agents: [...this.agents.values()].map((sup) => sup.running()) }).catch((err: unknown) =>
+        (this.reachable ? this.log.warn : this.log.debug).call(this.log, { err: (err as Error).message }, 'heartbeat failed'),
+      );
     beat();
     this.heartbeat = setInterval(beat, this.heartbeatS * 1000);
   }

@@ -28,9 +28,10 @@ export function sharedSecrets(databaseUrl: string) {
   return replicaSecrets(`replicas:${databaseUrl}`);
 }
 
-export async function startReplica(databaseUrl: string, env: Record<string, string> = {}): Promise<Replica> {
+/** `port` 0 takes a free one; a given port lets a replica come back where a client looks for it. */
+export async function startReplica(databaseUrl: string, env: Record<string, string> = {}, port = 0): Promise<Replica> {
   const home = tempHome();
-  const child = new CliChild(['serve', '--port', '0', '--home', home, '--database-url', databaseUrl], { BEIDOU_LOG_LEVEL: 'warn', ...sharedSecrets(databaseUrl), ...env });
+  const child = new CliChild(['serve', '--port', String(port), '--home', home, '--database-url', databaseUrl], { BEIDOU_LOG_LEVEL: 'warn', ...sharedSecrets(databaseUrl), ...env });
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) throw new Error(`unexpected first line: ${first}\n${child.stderr}`);
