@@ -34,6 +34,7 @@ const NO_STORE = [
   'test/reducer.test.ts',
   'test/schemas.test.ts',
   'test/skills.test.ts',
+  'test/spawner-silence.test.ts',
   'test/testkit-guard.test.ts',
   'test/wake-units.test.ts',
 ];

@@ -53,7 +53,9 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
   api.get('/stream', async (req, res) => {
     const id = spawnerId(req);
     const { max_agents, name } = parseOr400(streamQuery, req.query);
-    const session = await createSession(req, res, { keepAlive: 10_000, trustClientEventId: false });
+    // A keep-alive every heartbeat: a spawner that hears nothing for three of them drops
+    // the stream and reconnects (a paused or lost server, a balancer holding a dead one).
+    const session = await createSession(req, res, { keepAlive: services.config.spawnerHeartbeatS * 1000, trustClientEventId: false });
     let seq = 0;
     const send = (command: SpawnerCommand) => {
       if (session.isConnected) session.push(command, 'command', String(++seq));

@@ -21,6 +21,16 @@ export class StreamRefused extends Error {
   }
 }
 
+/** Heartbeats of silence (the server sends a keep-alive every heartbeat) after which a stream is taken for dead. */
+export const SILENT_BEATS = 3;
+
+/** The stream opened but the server said nothing, not even a keep-alive, for too long. */
+export class StreamSilent extends Error {
+  constructor(readonly silentMs: number) {
+    super(`no word from the server for ${silentMs} ms`);
+  }
+}
+
 /** `Retry-After` (seconds, or an HTTP date) in milliseconds from now. */
 export function retryAfterMs(header: string | null, now = Date.now()): number | null {
   if (!header) return null;
@@ -62,6 +72,9 @@ export function describeStreamFailure(serverUrl: string, err: unknown): string {
     }
     const body = err.body.replace(/\s+/g, ' ').trim().slice(0, 200);
     return `the server at ${serverUrl} refused the command stream (${err.status}${body ? `: ${body}` : ''})`;
+  }
+  if (err instanceof StreamSilent) {
+    return `the command stream from ${serverUrl} went silent (no word, not even a keep-alive, for ${seconds(err.silentMs)} s: the server paused or gone, or a balancer holding a dead connection)`;
   }
   const why = innermost(err);
   // fetch() fails before any response (refused, reset, no route): the server is not there.

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { INSTANCE_HEADER, SPAWNER_API, SPOOL_SEQ_HEADER, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
 import { reaped, Reaper } from './reaper.js';
-import { Backoff, describeStreamFailure, retryAfterMs, seconds, StreamRefused } from './reconnect.js';
+import { Backoff, SILENT_BEATS, StreamSilent, describeStreamFailure, retryAfterMs, seconds, StreamRefused } from './reconnect.js';
 import type { SendOutcome, Spool } from './spool.js';
 import { Supervisor, type SupervisorHost } from './supervisor.js';
 
@@ -112,9 +112,31 @@ export class Spawner implements SupervisorHost {
   /** One command stream, until it ends; `opened` once the server accepted it. */
   private async stream(opened: () => void): Promise<void> {
     const url = `${this.opts.serverUrl}${SPAWNER_API}/stream?max_agents=${this.opts.maxAgents}&name=${encodeURIComponent(this.opts.name)}`;
+    // Silence for three heartbeats ends the stream: TCP alone may never tell (a paused
+    // server keeps its socket; a balancer keeps a connection to a server it marked down).
+    const silence = new AbortController();
+    let silentFor = 0;
+    let timer: NodeJS.Timeout | null = null;
+    const arm = () => {
+      if (timer) clearTimeout(timer);
+      silentFor = SILENT_BEATS * this.heartbeatS * 1000;
+      timer = setTimeout(() => silence.abort(new StreamSilent(silentFor)), silentFor);
+    };
+    arm();
+    try {
+      await this.streamUntil(url, AbortSignal.any([this.stopping.signal, silence.signal]), opened, arm);
+    } catch (err) {
+      if (silence.signal.aborted && !this.stopping.signal.aborted) throw silence.signal.reason as StreamSilent;
+      throw err;
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+
+  private async streamUntil(url: string, signal: AbortSignal, opened: () => void, heard: () => void): Promise<void> {
     const res = await fetch(url, {
       headers: { authorization: `Bearer ${this.opts.token}`, accept: 'text/event-stream', [INSTANCE_HEADER]: this.instance },
-      signal: this.stopping.signal,
+      signal,
     });
     if (!res.ok || !res.body) {
       const body = await res.text().catch(() => '');
@@ -135,7 +157,10 @@ export class Spawner implements SupervisorHost {
       },
     });
     const decoder = new TextDecoder();
-    for await (const chunk of res.body) parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
+    for await (const chunk of res.body) {
+      heard();
+      parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
+    }
   }
 
   private async handle(command: SpawnerCommand): Promise<void> {

@@ -67,7 +67,9 @@ backend replicas
   # Only the active replica answers 200 here; standbys answer 503 {"role":"standby"}.
   option httpchk GET /api/health
   http-check expect status 200
-  default-server inter ${checkMs} fall 1 rise 1
+  # A replica marked down (a standby, or an active that cannot confirm its lease) has its
+  # open connections cut: clients reconnect to the active one instead of waiting on it.
+  default-server inter ${checkMs} fall 1 rise 1 on-marked-down shutdown-sessions
 ${backends.map((b) => `  server ${b.name} ${b.address} check`).join('\n')}
 ${statsPort === null ? '' : `\nfrontend stats\n  bind 127.0.0.1:${statsPort}\n  stats enable\n  stats uri /stats\n`}`;
 }
