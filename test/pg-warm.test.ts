@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { connectClient } from '../src/events/pg-connect.js';
 import { withClient } from '../src/testkit/postgres.js';
 import { until } from './support/poll.js';
+import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
 import { connectAgent, createTask, FakeClock, removeHome, startTestServer, tempHome, type TestServer } from './support/server.js';
 import { freshDatabase, replicaSecrets } from './support/store.js';
 
@@ -14,7 +15,10 @@ import { freshDatabase, replicaSecrets } from './support/store.js';
  */
 
 const servers: TestServer[] = [];
+const proxies: TcpProxy[] = [];
 afterEach(async () => {
+  // First: a connection held silent would hold up a server's stop.
+  for (const p of proxies.splice(0)) await p.close();
   for (const s of servers.splice(0)) {
     await s.close().catch(() => undefined);
     removeHome(s.home);
@@ -186,6 +190,24 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     await until('one log connection', async () =>
       (await withClient(db, async (c) => (await c.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'beidou-log'")).rows[0].n)) === 1 ? true : undefined,
     5_000);
+  });
+
+  it('a follower whose connection goes silent (no FIN, no RST) still takes over: its read gives up and it reads on a new connection', async () => {
+    const { url: db } = await freshDatabase();
+    const proxy = await startTcpProxy(db);
+    proxies.push(proxy);
+    const a = await replica(db);
+    const b = await replica(proxy.url);
+    const task = await createTask(a);
+    await sendMessages(a, task.root_agent_id, 5, 'before');
+    await caughtUp(b, db);
+    // The follower's log connection forgotten on the way (its rollups pool and lease listener still pass).
+    expect(proxy.freeze('beidou-log')).toBe(1);
+    await sendMessages(a, task.root_agent_id, 5, 'unheard');
+    const before = (await a.api('GET', `/tasks/${task.task_id}/events`)).body;
+    await handOver(a, b);
+    expect(b.server.startup.warm).toMatchObject({ caught_up_events: 5 });
+    expect((await b.api('GET', `/tasks/${task.task_id}/events`)).body).toEqual(before);
   });
 
   it('a task the active archives leaves the standby\'s memory too, and is served from the archive after a takeover', async () => {
