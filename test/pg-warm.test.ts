@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { connectClient } from '../src/events/pg-connect.js';
 import { withClient } from '../src/testkit/postgres.js';
 import { until } from './support/poll.js';
+import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
 import { connectAgent, createTask, FakeClock, removeHome, startTestServer, tempHome, type TestServer } from './support/server.js';
 import { freshDatabase, replicaSecrets } from './support/store.js';
 
@@ -13,7 +15,10 @@ import { freshDatabase, replicaSecrets } from './support/store.js';
  */
 
 const servers: TestServer[] = [];
+const proxies: TcpProxy[] = [];
 afterEach(async () => {
+  // First: a connection held silent would hold up a server's stop.
+  for (const p of proxies.splice(0)) await p.close();
   for (const s of servers.splice(0)) {
     await s.close().catch(() => undefined);
     removeHome(s.home);
@@ -40,11 +45,11 @@ async function caughtUp(standby: TestServer, db: string): Promise<void> {
 }
 
 /** The active stops cleanly; the standby takes over at its NOTIFY. */
-async function handOver(active: TestServer, standby: TestServer): Promise<void> {
+async function handOver(active: TestServer, standby: TestServer, wait = true): Promise<void> {
   await active.close();
   servers.splice(servers.indexOf(active), 1);
   removeHome(active.home);
-  await until('the standby active', () => (standby.server.role() === 'active' ? true : undefined), 15_000);
+  if (wait) await until('the standby active', () => (standby.server.role() === 'active' ? true : undefined), 15_000);
 }
 
 async function sendMessages(ts: TestServer, to: string, n: number, tag: string): Promise<void> {
@@ -141,6 +146,68 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     const quarantined = (await b.api('GET', `/tasks/${task.task_id}`)).body;
     expect(quarantined.quarantine).toMatchObject({ line: last + 2, reason: `seq ${last + 2}, expected ${last + 1}` });
     expect((await b.api('GET', `/tasks/${other.task_id}`)).body.task.status).toBe('running');
+  });
+
+  it('a standby that replays cold (its follower stopped) while a new follower opens keeps no follower once active', async () => {
+    const { url: db } = await freshDatabase();
+    const a = await replica(db);
+    const b = await replica(db);
+    const task = await createTask(a);
+    await caughtUp(b, db);
+    // The follower stops at a row it cannot apply, so the takeover replays cold.
+    const last = await withClient(db, async (c) => Number((await c.query('SELECT max(seq) AS s FROM events WHERE task_id = $1', [task.task_id])).rows[0].s));
+    await withClient(db, async (c) => {
+      await c.query("INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, 0, 'agent_output', $3::json)", [
+        task.task_id,
+        last + 2,
+        JSON.stringify({ seq: last + 2, ts: 0, event: 'agent_output', task_id: task.task_id }),
+      ]);
+      await c.query("SELECT pg_notify('beidou_events', 'test')");
+    });
+    await until('the follower stopped', () => b.server.following()?.diverged ?? undefined, 15_000);
+    // An index entry the log does not match: the cold writer deletes it, and waits on this row lock
+    // meanwhile (a follower only reads the index), so the cold takeover is held where it is slow.
+    const locker = await connectClient(db, 'test-locker');
+    try {
+      await locker.query(
+        "INSERT INTO archived_tasks VALUES ('task_nowhere', 7, NULL, 'done', 0, 0, 0, 0, 0, 0, '{\"task_id\":\"task_nowhere\",\"agent_ids\":[],\"question_ids\":[]}')",
+      );
+      await locker.query('BEGIN');
+      await locker.query("SELECT 1 FROM archived_tasks WHERE task_id = 'task_nowhere' FOR UPDATE");
+      await handOver(a, b, false);
+      await until('the cold takeover waiting on the index row', async () =>
+        (await withClient(db, async (c) => (await c.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM archived_tasks%'")).rows[0].n)) > 0 ? true : undefined,
+      15_000);
+      // Meanwhile the standby's poll opens a new follower (it follows again, healthy).
+      await until('a new follower', () => (b.server.following()?.diverged === null ? true : undefined), 15_000);
+    } finally {
+      await locker.query('COMMIT').catch(() => undefined);
+      await locker.end();
+    }
+    await until('the standby active', () => (b.server.role() === 'active' ? true : undefined), 15_000);
+    expect(b.server.startup.warm).toBeNull();
+    // Active, it keeps no follower: one log connection (the writer's), not a second copy of the state following its own commits.
+    await until('one log connection', async () =>
+      (await withClient(db, async (c) => (await c.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'beidou-log'")).rows[0].n)) === 1 ? true : undefined,
+    5_000);
+  });
+
+  it('a follower whose connection goes silent (no FIN, no RST) still takes over: its read gives up and it reads on a new connection', async () => {
+    const { url: db } = await freshDatabase();
+    const proxy = await startTcpProxy(db);
+    proxies.push(proxy);
+    const a = await replica(db);
+    const b = await replica(proxy.url);
+    const task = await createTask(a);
+    await sendMessages(a, task.root_agent_id, 5, 'before');
+    await caughtUp(b, db);
+    // The follower's log connection forgotten on the way (its rollups pool and lease listener still pass).
+    expect(proxy.freeze('beidou-log')).toBe(1);
+    await sendMessages(a, task.root_agent_id, 5, 'unheard');
+    const before = (await a.api('GET', `/tasks/${task.task_id}/events`)).body;
+    await handOver(a, b);
+    expect(b.server.startup.warm).toMatchObject({ caught_up_events: 5 });
+    expect((await b.api('GET', `/tasks/${task.task_id}/events`)).body).toEqual(before);
   });
 
   it('a task the active archives leaves the standby\'s memory too, and is served from the archive after a takeover', async () => {

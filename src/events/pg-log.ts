@@ -31,6 +31,8 @@ interface TaskLog {
 
 /** Rows read per query at start. */
 const REPLAY_PAGE = 5_000;
+/** The least time a follower's read of one page may take before its connection is taken for dead. */
+const PULL_BOUND_MS = 5_000;
 
 /**
  * The event log in PostgreSQL: every event a row of `events`, keyed by `(task_id, seq)`.
@@ -408,10 +410,22 @@ export class PgEventLog implements EventLog {
       await this.listenForCommits(client);
     }
     for (;;) {
-      const { rows } = await client.query<{ task_id: string; seq: number; body: string; pos: string }>(
-        'SELECT task_id, seq, body::text AS body, pos FROM events WHERE pos > $1 ORDER BY pos LIMIT $2',
-        [f.position, REPLAY_PAGE],
-      );
+      // A connection gone silent (a NAT or firewall that forgot it: no FIN, no RST) would hold
+      // this read, every later pull and so every takeover, until TCP gives up (many minutes):
+      // past the bound it is ended, the read fails, and the next pull reads on a new one.
+      const giveUp = setTimeout(() => {
+        if (this.client === client) this.client = null;
+        void client.end().catch(() => undefined);
+      }, Math.max(PULL_BOUND_MS, this.leaseS * 2_000));
+      let rows: Array<{ task_id: string; seq: number; body: string; pos: string }>;
+      try {
+        ({ rows } = await client.query<{ task_id: string; seq: number; body: string; pos: string }>(
+          'SELECT task_id, seq, body::text AS body, pos FROM events WHERE pos > $1 ORDER BY pos LIMIT $2',
+          [f.position, REPLAY_PAGE],
+        ));
+      } finally {
+        clearTimeout(giveUp);
+      }
       for (const row of rows) {
         if (this.archived.has(row.task_id)) {
           f.diverged = `an event (seq ${row.seq}) of task ${row.task_id}, which this replica holds as archived`;

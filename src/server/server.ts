@@ -327,6 +327,9 @@ async function run(
       }
       core = built;
       lastHolder = holder;
+      // A follower the poll opened while this took over cold (`from` was null) would follow
+      // the active's own commits for ever: a second copy of the state, and a read per commit.
+      if (warm) void dropFollower();
       if (replicated) {
         const prev = built.previous;
         const w = built.startup.warm;
