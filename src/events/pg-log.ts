@@ -159,6 +159,9 @@ export class PgEventLog implements EventLog {
     const asked = performance.now();
     await client.query('BEGIN');
     try {
+      // A replica paused inside this transaction would hold the lease row from every other:
+      // PostgreSQL ends its session once it idles in it for a lease.
+      await client.query(`SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1000, Math.round(this.leaseS * 1000))}`);
       const { old, alive } = await this.leaseHeld(client, 'FOR UPDATE');
       const { rows: taken } = await client.query<{ epoch: string }>(
         `UPDATE log_writer SET epoch = epoch + 1, opened_at = now(), holder = $1, holder_pid = pg_backend_pid(),

@@ -33,6 +33,14 @@ export class SqliteArchiveIndex implements ArchiveIndex {
     return (this.db.prepare('SELECT * FROM archived_tasks').all() as ArchiveRow[]).map(fromArchiveRow);
   }
 
+  async loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]> {
+    const one = this.db.prepare('SELECT * FROM archived_tasks WHERE task_id = ?');
+    return taskIds.flatMap((id) => {
+      const row = one.get(id) as ArchiveRow | undefined;
+      return row ? [fromArchiveRow(row)] : [];
+    });
+  }
+
   async put(entries: readonly ArchivedTask[]): Promise<void> {
     this.db.transaction(() => {
       for (const e of entries) this.upsert.run(archiveRow(e));

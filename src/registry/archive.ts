@@ -25,6 +25,8 @@ export interface ArchivedTask {
 /** The archive index in the store. */
 export interface ArchiveIndex {
   load(): Promise<ArchivedTask[]>;
+  /** The entries of these tasks only (a standby's check of the ended tasks it still holds). */
+  loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]>;
   /** Adds (or replaces) entries. */
   put(entries: readonly ArchivedTask[]): Promise<void>;
   remove(taskIds: readonly string[]): Promise<void>;

@@ -46,5 +46,11 @@ export class PgArchiveIndex implements ArchiveIndex {
     }
   }
 
+  async loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]> {
+    if (taskIds.length === 0) return [];
+    const { rows } = await this.pool.query<ArchiveRow>('SELECT * FROM archived_tasks WHERE task_id = ANY($1::text[])', [taskIds]);
+    return rows.map(fromArchiveRow);
+  }
+
   async close(): Promise<void> {}
 }

@@ -236,24 +236,37 @@ async function run(
     });
   };
   // The active archived tasks (NOTIFY beidou_archive): the follower unloads them too.
-  let absorbing = false;
-  const absorbArchived = async () => {
-    const w = warm;
-    if (!w || absorbing) return;
-    absorbing = true;
-    try {
-      // Caught up first, so the marks of what was archived match what it holds.
-      const log = followingLog();
-      await log?.pull();
-      const entries = await w.index.load();
-      if (warm !== w) return; // it took over meanwhile: its archiver does this now
-      const gone = w.registry.absorbArchived(entries);
-      if (gone > 0) logger.debug({ tasks: gone }, 'standby: unloaded tasks the active archived');
-    } catch (err) {
-      logger.debug({ err }, 'standby: could not read the archive index');
-    } finally {
-      absorbing = false;
+  // One pass at a time; a notice during one runs another after it (none is dropped).
+  let absorbing: Promise<void> | null = null;
+  let absorbAgain = false;
+  const absorbArchived = (): Promise<void> => {
+    if (absorbing) {
+      absorbAgain = true;
+      return absorbing;
     }
+    absorbing = (async () => {
+      do {
+        absorbAgain = false;
+        const w = warm;
+        if (!w) return;
+        try {
+          // Caught up first, so the marks of what was archived match what it holds.
+          await followingLog()?.pull();
+          // Only the ended tasks it still holds: a read that grows with live work, not history.
+          const ended = [...w.registry.state.tasks.values()].filter((t) => t.ended_at !== null).map((t) => t.task_id);
+          const entries = await w.index.loadFor(ended);
+          if (warm !== w) return; // it took over meanwhile: its archiver does this now
+          const gone = w.registry.absorbArchived(entries);
+          if (gone > 0) logger.debug({ tasks: gone }, 'standby: unloaded tasks the active archived');
+        } catch (err) {
+          // Tried again at the next notice; a takeover's archiver archives them anyway.
+          logger.debug({ err }, 'standby: could not read the archive index');
+        }
+      } while (absorbAgain);
+    })().finally(() => {
+      absorbing = null;
+    });
+    return absorbing;
   };
   const stepDown = async (from: Core, lost: LeaseLost) => {
     if (core !== from) return;
