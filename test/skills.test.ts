@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SkillCatalog, SkillLoadError } from '../src/skills/loader.js';
+import { SkillCatalog, SkillLoadError, splitFrontMatter } from '../src/skills/loader.js';
 import { assemblePrompt, firstMessage } from '../src/domain/prompt.js';
 import { PACKAGE_ROOT } from '../src/util/version.js';
 import { removeHome, tempHome } from './support/server.js';
@@ -57,6 +57,21 @@ describe('skills', () => {
     expect(reason('empty')).toMatch(/body .* is empty/);
     expect(reason('ghost')).toMatch(/no SKILL.md/);
     expect(catalog.loadAll().errors).toHaveLength(5);
+  });
+
+  it('reads front matter written with CRLF line endings, a BOM or a yaml tag, and refuses another language', () => {
+    dir = tempHome();
+    writeSkill(dir, 'crlf', '\ufeff---yaml\r\nname: crlf\r\ndescription: written on Windows\r\nallowed-tools: [Read]\r\n---\r\nThe body.\r\n');
+    writeSkill(dir, 'json', '---json\n{"name": "json", "description": "d"}\n---\nBody.');
+    writeSkill(dir, 'unclosed', '---\nname: unclosed\ndescription: d\n');
+    const catalog = new SkillCatalog([dir]);
+    expect(catalog.load('crlf')).toMatchObject({ name: 'crlf', description: 'written on Windows', allowedTools: ['Read'], body: 'The body.' });
+    expect(() => catalog.load('json')).toThrow(/not valid YAML: the front matter is marked "json"/);
+    // No closing line: all of it is front matter, and the body is empty.
+    expect(() => catalog.load('unclosed')).toThrow(/body .* is empty/);
+    expect(splitFrontMatter('----\nname: x\n---\nb')).toBeNull();
+    expect(splitFrontMatter('  ---\nname: x\n---\nb')).toBeNull();
+    expect(splitFrontMatter('---\nname: x\n---\n\nbody\n---\nmore')).toEqual({ matter: '\nname: x', body: '\nbody\n---\nmore' });
   });
 
   it('assembles the launch prompt in the fixed order, and puts the assignment in the first message', () => {
