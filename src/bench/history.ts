@@ -90,7 +90,7 @@ export function writeEmbeddedHome(home: string, tpl: { taskId: string; rootId: s
   for (let n = 0; n < tasks; n++) writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');
 }
 
-async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number, schema: number): Promise<void> {
+export async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number, schema: number): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
@@ -196,6 +196,9 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
       postgres = await startPostgres();
       await createDatabase(postgres.url('postgres'), 'beidou_bench');
       env.BEIDOU_DATABASE_URL = postgres.url('beidou_bench');
+      // With a database URL both are required from the environment (every replica signs alike).
+      env.BEIDOU_SECRET = 'bench-history-secret-'.padEnd(48, 'x');
+      env.BEIDOU_ADMIN_TOKEN = 'bench-history-admin-'.padEnd(48, 'x');
       await fillDatabase(env.BEIDOU_DATABASE_URL, tpl, tasks, beforeMain ? 3 : MIGRATIONS.at(-1)!.version);
     }
     const generateSeconds = (performance.now() - g0) / 1000;
