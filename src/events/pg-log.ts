@@ -526,9 +526,9 @@ function describeCommitFailure(err: unknown): Error {
 async function matchingMarks(client: pg.Client, marks: ReadonlyMap<string, ArchiveMark>): Promise<string[]> {
   const ids = [...marks.keys()];
   const { rows } = await client.query<{ task_id: string }>(
+    // One descent of the (task_id, seq) key per task: the seqs from the mark on are exactly the mark's.
     `SELECT m.task_id FROM unnest($1::text[], $2::int[]) AS m(task_id, last_seq)
-      WHERE EXISTS (SELECT 1 FROM events e WHERE e.task_id = m.task_id AND e.seq = m.last_seq)
-        AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = m.task_id AND e.seq > m.last_seq)`,
+      WHERE ARRAY(SELECT e.seq FROM events e WHERE e.task_id = m.task_id AND e.seq >= m.last_seq ORDER BY e.seq LIMIT 2) = ARRAY[m.last_seq]`,
     [ids, ids.map((id) => marks.get(id)!.lastSeq)],
   );
   return rows.map((r) => r.task_id);
