@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import YAML from 'yaml';
 import { z } from 'zod';
 import { DomainError } from '../domain/errors.js';
+import { parseFrontMatter, splitFrontMatter } from './front-matter.js';
 
 /**
  * Skills: `SKILL.md` files with YAML front matter (`name`, `version`, `description`,
@@ -44,29 +44,6 @@ export class SkillLoadError extends Error {
   }
 }
 
-/**
- * A `SKILL.md` cut into its front matter and its body: the opening `---` (optionally
- * `---yaml`) on the first line, the front matter up to the next line starting `---`, the body
- * after that line. Null when the file does not open with front matter. (The split of
- * gray-matter, done here: that package also loads js-yaml, which we do not use, at every start.)
- */
-export function splitFrontMatter(text: string): { matter: string; body: string } | null {
-  const s = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
-  if (!s.startsWith('---') || s[3] === '-') return null;
-  const lineEnd = s.indexOf('\n');
-  const language = s.slice(3, lineEnd === -1 ? s.length : lineEnd).trim();
-  if (language !== '' && language !== 'yaml') throw new Error(`the front matter is marked "${language}", not YAML`);
-  const open = lineEnd === -1 ? s.length : lineEnd;
-  const close = s.indexOf('\n---', open);
-  if (close === -1) return { matter: s.slice(open), body: '' };
-  // A CRLF file: the closing line's CR is not the front matter's (a lone CR trips the YAML parser).
-  const matter = s.slice(open, s[close - 1] === '\r' ? close - 1 : close);
-  let body = s.slice(close + 4);
-  if (body[0] === '\r') body = body.slice(1);
-  if (body[0] === '\n') body = body.slice(1);
-  return { matter, body };
-}
-
 export function parseSkillFile(file: string): Skill {
   let text: string;
   try {
@@ -78,8 +55,7 @@ export function parseSkillFile(file: string): Skill {
   try {
     const split = splitFrontMatter(text);
     if (!split) throw new SkillLoadError(file, 'missing YAML front matter (--- ... ---)');
-    // An empty block (or comments only) is an empty mapping, as gray-matter read it.
-    parsed = { data: (YAML.parse(split.matter) as unknown) ?? {}, content: split.body };
+    parsed = { data: parseFrontMatter(split.matter), content: split.body };
   } catch (err) {
     if (err instanceof SkillLoadError) throw err;
     throw new SkillLoadError(file, `front matter is not valid YAML: ${(err as Error).message.split('\n')[0]}`);
