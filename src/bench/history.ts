@@ -23,7 +23,8 @@ import { createDatabase, startPostgres, type TestPostgres } from '../testkit/pos
  * child `beidou serve`, timed from spawn to "listening", its RSS read from /proc.
  */
 
-const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'main.js');
+/** The beidou measured: this build's, or another build's `dist/cli/main.js` (`BENCH_HISTORY_MAIN`) to compare with, under this same harness. */
+const MAIN = process.env.BENCH_HISTORY_MAIN || path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'main.js');
 
 export interface StartFigure {
   seconds: number;
