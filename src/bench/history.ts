@@ -182,6 +182,8 @@ export interface HistoryFigures {
   before: StartFigure | null;
   /** An empty home on the same store: the start's floor (loading the code, opening the store, listening). */
   empty: StartFigure;
+  /** The machine's load averages (1, 5, 15 min) once the history was generated, and after the last start. */
+  load: { before: number[]; after: number[] };
 }
 
 /** Section 7 for one store. */
@@ -203,6 +205,7 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
       await fillDatabase(env.BEIDOU_DATABASE_URL, tpl, tasks, beforeMain ? 3 : MIGRATIONS.at(-1)!.version);
     }
     const generateSeconds = (performance.now() - g0) / 1000;
+    const loadBefore = os.loadavg();
     const emptyHome = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-empty-'));
     let empty: StartFigure;
     try {
@@ -218,7 +221,7 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
     const withoutIndex = await measureStart(home, env, tasks);
     const withIndex: StartFigure[] = [];
     for (let r = 0; r < runs; r++) withIndex.push(await measureStart(home, env));
-    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, before, empty };
+    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, before, empty, load: { before: loadBefore, after: os.loadavg() } };
   } finally {
     await postgres?.stop().catch(() => undefined);
     rmSync(home, { recursive: true, force: true });

@@ -191,12 +191,12 @@ async function main(): Promise<void> {
       `  ${name.padEnd(34)} start ${fmt(f.seconds, 2).padStart(6)} s (store and replay ${fmt(f.openMs / 1000, 2)} s)   RSS ${fmt(f.rssMiB, 0).padStart(5)} MiB (peak ${fmt(f.peakMiB, 0)})   events replayed ${f.replayed}   tasks left archived ${f.archived}`;
     for (const store of HISTORY_STORES) {
       const h = await historyStart(store, HISTORY_TASKS, HISTORY_PER_TASK, HISTORY_RUNS, process.env.BENCH_HISTORY_BEFORE);
-      console.log(`  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s; load average now ${os.loadavg().map((l) => fmt(l, 2)).join(' ')}`);
+      console.log(`  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s; load average then ${h.load.before.map((l) => fmt(l, 2)).join(' ')}`);
       console.log(line(`${store}, empty home (the floor)`, h.empty));
       if (h.before) console.log(line(`${store}, beidou before the index`, h.before));
       console.log(line(`${store}, no index (full replay)`, h.withoutIndex));
       h.withIndex.forEach((f, i) => console.log(line(`${store}, with the index, run ${i + 1}`, f)));
-      console.log(`  load average after the starts: ${os.loadavg().map((l) => fmt(l, 2)).join(' ')}`);
+      console.log(`  load average after the starts: ${h.load.after.map((l) => fmt(l, 2)).join(' ')}`);
     }
     console.log('');
   }
