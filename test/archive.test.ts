@@ -171,12 +171,16 @@ describe('history leaves memory', () => {
     clock.advance(AFTER_S);
     expect(await server.server.archiver.tick()).toEqual([ended.taskId]);
     const listed = (await server.api('GET', '/tasks')).body.tasks;
+    const refused = await server.api('GET', '/tasks', undefined, ended.token);
+    expect(refused.body.error).toBe('agent_terminated');
     await server.close();
 
     // A start that read the archived task's history would find this and quarantine it.
     await damageMiddle(home, ended.taskId);
     server = await start(pastClock());
     expect(server.server.startup).toEqual({ replayed_events: liveEvents, archived_tasks: 1, warm: null });
+    // Its root's token is refused as before: its agents are found in the index's records, read at this first lookup.
+    expect(await server.api('GET', '/tasks', undefined, ended.token)).toMatchObject({ status: 401, body: refused.body });
     expect((await server.api('GET', '/tasks')).body.tasks).toEqual(listed);
     expect(server.server.services.registry.quarantined.size).toBe(0);
   });

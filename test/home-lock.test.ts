@@ -89,6 +89,10 @@ describe('one writer per home', { timeout: 60_000 }, () => {
     await first.exited;
     const third = await serve();
     expect((await api(third, 'GET', '/health')).status).toBe(200);
+    // The third took the lock on a lock.db that already existed (its transaction wrote nothing): held all the same.
+    const fourth = await cli(['serve', '--port', '0', '--home', home]);
+    expect(fourth.code).toBe(2);
+    expect(nonEmpty(fourth.stderr)[0]).toContain(`pid ${third.child.pid}`);
     await stop(third);
   });
 

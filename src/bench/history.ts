@@ -23,7 +23,8 @@ import { createDatabase, startPostgres, type TestPostgres } from '../testkit/pos
  * child `beidou serve`, timed from spawn to "listening", its RSS read from /proc.
  */
 
-const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'main.js');
+/** The beidou measured: this build's, or another build's `dist/cli/main.js` (`BENCH_HISTORY_MAIN`) to compare with, under this same harness. */
+const MAIN = process.env.BENCH_HISTORY_MAIN || path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'main.js');
 
 export interface StartFigure {
   seconds: number;
@@ -90,7 +91,7 @@ export function writeEmbeddedHome(home: string, tpl: { taskId: string; rootId: s
   for (let n = 0; n < tasks; n++) writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');
 }
 
-async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number, schema: number): Promise<void> {
+export async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number, schema: number): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
@@ -181,6 +182,8 @@ export interface HistoryFigures {
   before: StartFigure | null;
   /** An empty home on the same store: the start's floor (loading the code, opening the store, listening). */
   empty: StartFigure;
+  /** The machine's load averages (1, 5, 15 min) once the history was generated, and after the last start. */
+  load: { before: number[]; after: number[] };
 }
 
 /** Section 7 for one store. */
@@ -196,9 +199,13 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
       postgres = await startPostgres();
       await createDatabase(postgres.url('postgres'), 'beidou_bench');
       env.BEIDOU_DATABASE_URL = postgres.url('beidou_bench');
+      // With a database URL both are required from the environment (every replica signs alike).
+      env.BEIDOU_SECRET = 'bench-history-secret-'.padEnd(48, 'x');
+      env.BEIDOU_ADMIN_TOKEN = 'bench-history-admin-'.padEnd(48, 'x');
       await fillDatabase(env.BEIDOU_DATABASE_URL, tpl, tasks, beforeMain ? 3 : MIGRATIONS.at(-1)!.version);
     }
     const generateSeconds = (performance.now() - g0) / 1000;
+    const loadBefore = os.loadavg();
     const emptyHome = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-empty-'));
     let empty: StartFigure;
     try {
@@ -214,7 +221,7 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
     const withoutIndex = await measureStart(home, env, tasks);
     const withIndex: StartFigure[] = [];
     for (let r = 0; r < runs; r++) withIndex.push(await measureStart(home, env));
-    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, before, empty };
+    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, before, empty, load: { before: loadBefore, after: os.loadavg() } };
   } finally {
     await postgres?.stop().catch(() => undefined);
     rmSync(home, { recursive: true, force: true });

@@ -37,7 +37,8 @@ const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
 const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
 const HISTORY_STORES = (process.env.BENCH_HISTORY_STORES ?? 'embedded,postgres').split(',') as Array<'embedded' | 'postgres'>;
 const HISTORY_RUNS = Number(process.env.BENCH_HISTORY_RUNS ?? 3);
-// BENCH_HISTORY_BEFORE=/path/to/an/older/beidou/dist/cli/main.js starts the same home with it first, for comparison.
+// BENCH_HISTORY_BEFORE=/path/to/an/older/beidou/dist/cli/main.js starts the same home with it first, for comparison;
+// BENCH_HISTORY_MAIN=/path/to/another/beidou/dist/cli/main.js measures that build in every start instead of this one.
 const AGENTS = 50;
 /** Section 6: sends per wake path (after one first wake, reported apart), and which paths. */
 const WAKE_SENDS = Number(process.env.BENCH_WAKE_SENDS ?? 20);
@@ -198,11 +199,12 @@ async function main(): Promise<void> {
       `  ${name.padEnd(34)} start ${fmt(f.seconds, 2).padStart(6)} s (store and replay ${fmt(f.openMs / 1000, 2)} s)   RSS ${fmt(f.rssMiB, 0).padStart(5)} MiB (peak ${fmt(f.peakMiB, 0)})   events replayed ${f.replayed}   tasks left archived ${f.archived}`;
     for (const store of HISTORY_STORES) {
       const h = await historyStart(store, HISTORY_TASKS, HISTORY_PER_TASK, HISTORY_RUNS, process.env.BENCH_HISTORY_BEFORE);
-      console.log(`  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s`);
+      console.log(`  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s; load average then ${h.load.before.map((l) => fmt(l, 2)).join(' ')}`);
       console.log(line(`${store}, empty home (the floor)`, h.empty));
       if (h.before) console.log(line(`${store}, beidou before the index`, h.before));
       console.log(line(`${store}, no index (full replay)`, h.withoutIndex));
       h.withIndex.forEach((f, i) => console.log(line(`${store}, with the index, run ${i + 1}`, f)));
+      console.log(`  load average after the starts: ${h.load.after.map((l) => fmt(l, 2)).join(' ')}`);
     }
     console.log('');
   }

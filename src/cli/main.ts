@@ -1,14 +1,16 @@
 #!/usr/bin/env node
 import { Command } from 'commander';
 import { VERSION } from '../util/version.js';
-import { agentShow, message } from './agent.js';
 import { CliError } from './client.js';
-import { events } from './events.js';
-import { answer, decline, questions } from './questions.js';
-import { spawners } from './spawners.js';
-import { tail } from './tail.js';
-import { taskList, taskShow, taskStart, taskTerminate } from './task.js';
-import { token } from './token.js';
+
+/**
+ * Each command's module is loaded when that command runs: `beidou serve` does not pay for
+ * the client commands' modules, nor a client command for the server's.
+ */
+const lazy =
+  <M>(load: () => Promise<M>, pick: (m: M) => (...args: any[]) => Promise<void>) =>
+  async (...args: unknown[]): Promise<void> =>
+    pick(await load())(...args);
 
 const program = new Command()
   .name('beidou')
@@ -38,7 +40,7 @@ clientOptions(
     .description('print the admin token, or mint an agent (--agent ID) or spawner (--spawner) token')
     .option('--agent <agent_id>', 'mint a fresh token for this agent')
     .option('--spawner', 'mint a spawner token'),
-).action(token);
+).action(lazy(() => import('./token.js'), (m) => m.token));
 
 const task = program.command('task').description('tasks');
 clientOptions(
@@ -52,11 +54,11 @@ clientOptions(
     .option('--model <model>', 'the root agent\'s model')
     .option('--name <name>', 'a display name for the task')
     .option('--workspace <dir>', 'the project workspace path'),
-).action(taskStart);
+).action(lazy(() => import('./task.js'), (m) => m.taskStart));
 
 clientOptions(
   task.command('list').description('every task, newest first: status, agents live/total, events').option('--json', 'print the API\'s JSON'),
-).action(taskList);
+).action(lazy(() => import('./task.js'), (m) => m.taskList));
 
 clientOptions(
   task
@@ -64,7 +66,7 @@ clientOptions(
     .description('one task: its team tree, plans, questions waiting for you, and cost')
     .argument('<task_id>', 'the task')
     .option('--json', 'print the API\'s JSON'),
-).action(taskShow);
+).action(lazy(() => import('./task.js'), (m) => m.taskShow));
 
 clientOptions(
   task
@@ -72,7 +74,7 @@ clientOptions(
     .description('terminate a task: its root and, depth-first, every agent under it')
     .argument('<task_id>', 'the task')
     .option('--json', 'print JSON'),
-).action(taskTerminate);
+).action(lazy(() => import('./task.js'), (m) => m.taskTerminate));
 
 const agent = program.command('agent').description('agents');
 clientOptions(
@@ -82,7 +84,7 @@ clientOptions(
     .argument('<agent>', 'an agent id, or with --task a name or role')
     .option('--task <task_id>', 'look AGENT up by name or role in this task')
     .option('--json', 'print the API\'s JSON'),
-).action(agentShow);
+).action(lazy(() => import('./agent.js'), (m) => m.agentShow));
 
 clientOptions(
   program
@@ -92,7 +94,7 @@ clientOptions(
     .argument('<text>', 'the message')
     .option('--task <task_id>', 'look AGENT up by name or role in this task')
     .option('--json', 'print JSON'),
-).action(message);
+).action(lazy(() => import('./agent.js'), (m) => m.message));
 
 clientOptions(
   program
@@ -102,7 +104,7 @@ clientOptions(
     .option('-n, --lines <n>', 'how many past events to show first', '10')
     .option('--since <seq>', 'show every event after this seq instead')
     .option('--no-follow', 'stop after the past events'),
-).action(tail);
+).action(lazy(() => import('./tail.js'), (m) => m.tail));
 
 clientOptions(
   program
@@ -111,11 +113,11 @@ clientOptions(
     .requiredOption('--task <task_id>', 'the task')
     .option('--since <seq>', 'only events after this seq')
     .option('--follow', 'stream new events as they happen'),
-).action(events);
+).action(lazy(() => import('./events.js'), (m) => m.events));
 
 clientOptions(
   program.command('questions').description('list the questions waiting for the user').option('--json', 'print JSON'),
-).action(questions);
+).action(lazy(() => import('./questions.js'), (m) => m.questions));
 
 clientOptions(
   program
@@ -125,7 +127,7 @@ clientOptions(
     .option('--choose <label>', 'an option label (repeat for multi-select)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--text <text>', 'free text, or the text an option requires')
     .option('--answers <json>', 'all answers as JSON: [{"selected_labels": [...], "text": ...}, ...]'),
-).action(answer);
+).action(lazy(() => import('./questions.js'), (m) => m.answer));
 
 clientOptions(
   program
@@ -134,11 +136,11 @@ clientOptions(
     .argument('<qid>', 'the question id (see beidou questions)')
     .option('--reason <text>', 'why you will not answer (the agent reads it)')
     .option('--json', 'print JSON'),
-).action(decline);
+).action(lazy(() => import('./questions.js'), (m) => m.decline));
 
 clientOptions(
   program.command('spawners').description('the spawners the server knows, and the agents each runs').option('--json', 'print the API\'s JSON'),
-).action(spawners);
+).action(lazy(() => import('./spawners.js'), (m) => m.spawners));
 
 program
   .command('spawner')

@@ -3,9 +3,11 @@ import Database from 'better-sqlite3';
 
 /**
  * One writer per home. Node has no `flock`, so the lock is SQLite's: `lock.db` opened in
- * exclusive locking mode and written once, which takes an OS lock (fcntl) that the holder
- * keeps until it closes the database or dies, even by SIGKILL. The pid in `lock.pid` only
- * names the holder in the refusal; it decides nothing.
+ * exclusive locking mode and an exclusive transaction begun on it, which takes an OS lock
+ * (fcntl) that the holder keeps until it closes the database or dies, even by SIGKILL. The
+ * transaction writes nothing (only the first start creates the table): what it holds is the
+ * lock, so a start spends no fsync on it. The pid in `lock.pid` only names the holder in the
+ * refusal; it decides nothing.
  *
  * It lives with the event log because the log is what it protects: two processes
  * appending to one task file would number the same seq twice.
@@ -27,12 +29,9 @@ export function acquireHomeLock(home: string, paths: { lock: string; lockPid: st
   const db = new Database(paths.lock, { timeout: 0 });
   try {
     db.pragma('locking_mode = EXCLUSIVE');
-    // The write takes the exclusive lock; in this mode it is kept after the commit.
     db.exec('CREATE TABLE IF NOT EXISTS holder (pid INTEGER NOT NULL)');
-    db.transaction(() => {
-      db.exec('DELETE FROM holder');
-      db.prepare('INSERT INTO holder (pid) VALUES (?)').run(process.pid);
-    }).exclusive();
+    // BEGIN EXCLUSIVE takes the exclusive lock; in this mode it is kept after the commit.
+    db.transaction(() => undefined).exclusive();
   } catch (err) {
     db.close();
     if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new HomeLockedError(home, holderPid(paths.lockPid));

@@ -1,5 +1,6 @@
 import {
   closeSync,
+  constants,
   fdatasync,
   fdatasyncSync,
   fstatSync,
@@ -86,14 +87,14 @@ export class JsonlEventLog implements EventLog {
       if (!match) continue;
       const taskId = match[1]!;
       const filePath = path.join(this.dir, name);
-      const stat = statSync(filePath);
       const mark = options.archived?.get(taskId);
       // The file is the truth: the mark is trusted only if the file still ends where it said.
-      if (mark && stat.isFile() && stat.size === mark.bytes && lastSeqOf(filePath, stat.size) === mark.lastSeq) {
+      if (mark && endsAtMark(filePath, mark)) {
         this.archived.add(taskId);
         report.archived.push(taskId);
         continue;
       }
+      const stat = statSync(filePath);
       if (!stat.isFile()) {
         // A folder (or a device) by a task file's name: that task cannot load, the rest can.
         this.files.set(taskId, { ...emptyFile(taskId, -1, 0), quarantined: true });
@@ -340,7 +341,41 @@ function lastSeqOf(filePath: string, size: number): number {
   }
 }
 
-/** The tail read of `lastSeqOf`, shared: the start checks one file at a time. */
+/**
+ * Whether a task file still ends where its archive mark says: `mark.bytes` long, its last
+ * line that of `mark.lastSeq`. One open and one read, no stat: asked for one byte more
+ * than the tail before the mark, the read returns exactly the tail only if the file ends
+ * at the mark. False on any doubt (an error, a folder, a FIFO: opened without blocking),
+ * and then the file is looked at as any other.
+ */
+function endsAtMark(filePath: string, mark: ArchiveMark): boolean {
+  const { bytes, lastSeq } = mark;
+  if (bytes === null || bytes <= 0) return false;
+  let fd: number;
+  try {
+    fd = openSync(filePath, constants.O_RDONLY | constants.O_NONBLOCK);
+  } catch {
+    return false;
+  }
+  try {
+    const tail = Math.min(bytes, TAIL.length - 1);
+    const n = readSync(fd, TAIL, 0, tail + 1, bytes - tail);
+    if (n !== tail || TAIL[n - 1] !== 0x0a) return false;
+    // Back from the final newline to the one before the last line (or the file's start).
+    let nl = n - 2;
+    while (nl >= 0 && TAIL[nl] !== 0x0a) nl--;
+    // A last line longer than the tail: found by the longer search.
+    if (nl < 0 && bytes > tail) return lastSeqOf(filePath, bytes) === lastSeq;
+    const match = /^\{"seq":(\d+),/.exec(TAIL.toString('latin1', nl + 1, Math.min(n, nl + 1 + 24)));
+    return match !== null && Number(match[1]) === lastSeq;
+  } catch {
+    return false;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The tail read of `lastSeqOf` and `endsAtMark`, shared: the start checks one file at a time. */
 const TAIL = Buffer.allocUnsafe(8 * 1024);
 
 // The fd was opened with O_APPEND, so the kernel appends whatever position is given.

@@ -1,4 +1,6 @@
-import pg from 'pg';
+// A type here; the driver itself is loaded by the first connection, so a server without a
+// database URL never loads it (docs/performance.md, "What a start loads").
+import type pg from 'pg';
 
 /**
  * Connections to the PostgreSQL store. Each part of the server has its own, named by
@@ -25,7 +27,8 @@ export function clientConfig(url: string, applicationName: string): pg.ClientCon
 
 /** A connected client; its `error` events are passed to `onError` (unhandled, they would end the process). */
 export async function connectClient(url: string, applicationName: string, onError: (err: Error) => void = () => undefined): Promise<pg.Client> {
-  const client = new pg.Client(clientConfig(url, applicationName));
+  const { default: driver } = await import('pg');
+  const client = new driver.Client(clientConfig(url, applicationName));
   client.on('error', onError);
   try {
     await client.connect();

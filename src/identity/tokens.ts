@@ -1,5 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+// The two JWT modules and the errors, not jose's index (which loads JWE, JWKS and key
+// generation too: some 40 modules a start does not need).
+import * as joseErrors from 'jose/errors';
+import { jwtVerify } from 'jose/jwt/verify';
+import { SignJWT } from 'jose/jwt/sign';
 import { systemClock, type Clock } from '../util/clock.js';
 
 /**

@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { archiveRow, fromArchiveRow, type ArchivedTask, type ArchiveIndex, type ArchiveRow } from './archive.js';
+import { ARCHIVE_LOAD_COLUMNS, archiveRow, fromArchiveColumns, type ArchivedTask, type ArchiveIndex } from './archive.js';
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS archived_tasks (
@@ -30,14 +30,15 @@ export class SqliteArchiveIndex implements ArchiveIndex {
   }
 
   async load(): Promise<ArchivedTask[]> {
-    return (this.db.prepare('SELECT * FROM archived_tasks').all() as ArchiveRow[]).map(fromArchiveRow);
+    // Rows as arrays: no object per row just to be read once.
+    return (this.db.prepare(`SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks`).raw().all() as unknown[][]).map(fromArchiveColumns);
   }
 
   async loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]> {
-    const one = this.db.prepare('SELECT * FROM archived_tasks WHERE task_id = ?');
+    const one = this.db.prepare(`SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks WHERE task_id = ?`).raw();
     return taskIds.flatMap((id) => {
-      const row = one.get(id) as ArchiveRow | undefined;
-      return row ? [fromArchiveRow(row)] : [];
+      const row = one.get(id) as unknown[] | undefined;
+      return row ? [fromArchiveColumns(row)] : [];
     });
   }
 

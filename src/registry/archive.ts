@@ -68,14 +68,86 @@ export function archiveRow(e: ArchivedTask): ArchiveRow {
 }
 
 export function fromArchiveRow(r: ArchiveRow): ArchivedTask {
-  return {
-    task_id: r.task_id,
-    mark: { lastSeq: Number(r.last_seq), bytes: r.bytes === null ? null : Number(r.bytes) },
-    task: JSON.parse(r.record) as TaskRecord,
-    agents: { total: Number(r.agents_total), live: Number(r.agents_live) },
-    cost_usd: Number(r.cost_usd),
-    archived_at: Number(r.archived_at),
-  };
+  return fromArchiveColumns([r.task_id, r.last_seq, r.bytes, r.agents_total, r.agents_live, r.cost_usd, r.archived_at, r.record]);
+}
+
+/** What a load reads of each row, in this order (`fromArchiveColumns`): the status and the times are in the record. */
+export const ARCHIVE_LOAD_COLUMNS = 'task_id, last_seq, bytes, agents_total, agents_live, cost_usd, archived_at, record';
+
+/** An entry from the values of `ARCHIVE_LOAD_COLUMNS` (numbers, or the strings a driver gives for a bigint). */
+export function fromArchiveColumns(v: readonly unknown[]): ArchivedTask {
+  return new StoredArchivedTask(
+    String(v[0]),
+    { lastSeq: Number(v[1]), bytes: v[2] === null ? null : Number(v[2]) },
+    { total: Number(v[3]), live: Number(v[4]) },
+    Number(v[5]),
+    Number(v[6]),
+    v[7] as string,
+  );
+}
+
+/**
+ * An entry read from the store. Its task record stays JSON until something reads it (the
+ * task list, a lookup of its agents or questions): a start needs only the marks, so it
+ * parses none of the records, and an entry nobody asks about costs its text only.
+ */
+class StoredArchivedTask implements ArchivedTask {
+  private record: string | null;
+  private parsed: TaskRecord | null = null;
+
+  constructor(
+    readonly task_id: string,
+    readonly mark: ArchiveMark,
+    readonly agents: { total: number; live: number },
+    readonly cost_usd: number,
+    readonly archived_at: number,
+    record: string,
+  ) {
+    this.record = record;
+  }
+
+  get task(): TaskRecord {
+    if (this.parsed === null) {
+      this.parsed = JSON.parse(this.record!) as TaskRecord;
+      this.record = null;
+    }
+    return this.parsed;
+  }
+}
+
+/**
+ * The agents (or the questions) of archived tasks, to their task: a token or a route
+ * naming one is answered without a read. Built from the entries at its first lookup, so a
+ * start reads no task record for it; kept up to date as tasks are archived after that.
+ */
+export class ArchivedIds {
+  private map: Map<string, string> | null = null;
+
+  constructor(
+    private readonly entries: ReadonlyMap<string, ArchivedTask>,
+    private readonly idsOf: (task: TaskRecord) => readonly string[],
+  ) {}
+
+  get(id: string): string | undefined {
+    return this.built().get(id);
+  }
+
+  has(id: string): boolean {
+    return this.built().has(id);
+  }
+
+  /** An entry just added to `entries`. */
+  added(entry: ArchivedTask): void {
+    if (this.map) for (const id of this.idsOf(entry.task)) this.map.set(id, entry.task_id);
+  }
+
+  private built(): Map<string, string> {
+    if (!this.map) {
+      this.map = new Map();
+      for (const e of this.entries.values()) for (const id of this.idsOf(e.task)) this.map.set(id, e.task_id);
+    }
+    return this.map;
+  }
 }
 
 /**

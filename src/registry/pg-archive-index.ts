@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { archiveRow, fromArchiveRow, type ArchivedTask, type ArchiveIndex, type ArchiveRow } from './archive.js';
+import { ARCHIVE_LOAD_COLUMNS, archiveRow, fromArchiveColumns, type ArchivedTask, type ArchiveIndex } from './archive.js';
 
 /** Rows per statement when many entries are written at once. */
 const CHUNK = 2_000;
@@ -13,8 +13,8 @@ export class PgArchiveIndex implements ArchiveIndex {
   constructor(private readonly pool: pg.Pool) {}
 
   async load(): Promise<ArchivedTask[]> {
-    const { rows } = await this.pool.query<ArchiveRow>('SELECT * FROM archived_tasks');
-    return rows.map(fromArchiveRow);
+    const { rows } = await this.pool.query<unknown[]>({ text: `SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks`, rowMode: 'array' });
+    return rows.map(fromArchiveColumns);
   }
 
   async put(entries: readonly ArchivedTask[]): Promise<void> {
@@ -48,8 +48,8 @@ export class PgArchiveIndex implements ArchiveIndex {
 
   async loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]> {
     if (taskIds.length === 0) return [];
-    const { rows } = await this.pool.query<ArchiveRow>('SELECT * FROM archived_tasks WHERE task_id = ANY($1::text[])', [taskIds]);
-    return rows.map(fromArchiveRow);
+    const { rows } = await this.pool.query<unknown[]>({ text: `SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks WHERE task_id = ANY($1::text[])`, values: [taskIds], rowMode: 'array' });
+    return rows.map(fromArchiveColumns);
   }
 
   async close(): Promise<void> {}

@@ -1,6 +1,6 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
 import { isFollowingLog, type ArchiveMark, type EventLog, type FollowingLog, type ReplayReport } from '../events/log.js';
-import { removeTask, unloadRefusal, type ArchivedTask } from './archive.js';
+import { ArchivedIds, removeTask, unloadRefusal, type ArchivedTask } from './archive.js';
 import { extractTask, type QuarantinedTask } from './quarantine.js';
 import { reduce } from './reducer.js';
 import { emptyState, type AgentRecord, type RegistryState, type TaskRecord } from './state.js';
@@ -20,8 +20,8 @@ export class Registry {
   /** Ended tasks unloaded from memory (docs/architecture.md, "History leaves memory"): their index entries. */
   readonly archived = new Map<string, ArchivedTask>();
   /** The agents and questions of archived tasks, to their task: a token or a route naming one is answered without a read. */
-  readonly archivedAgents = new Map<string, string>();
-  readonly archivedQuestions = new Map<string, string>();
+  readonly archivedAgents = new ArchivedIds(this.archived, (task) => task.agent_ids);
+  readonly archivedQuestions = new ArchivedIds(this.archived, (task) => task.question_ids);
   /** Events the last `open` reduced (an archived task's are not among them). */
   replayedEvents = 0;
   private readonly observers = new Set<CommitObserver>();
@@ -99,8 +99,8 @@ export class Registry {
 
   private addArchived(entry: ArchivedTask): void {
     this.archived.set(entry.task_id, entry);
-    for (const id of entry.task.agent_ids) this.archivedAgents.set(id, entry.task_id);
-    for (const id of entry.task.question_ids) this.archivedQuestions.set(id, entry.task_id);
+    this.archivedAgents.added(entry);
+    this.archivedQuestions.added(entry);
   }
 
   /** Why an ended task cannot leave memory now (see `unloadRefusal`), or null. */

@@ -59,12 +59,13 @@ export class Authenticator {
     if (claims.task_id !== undefined && this.registry.quarantined.has(claims.task_id)) {
       throw new AuthRefusal('task_quarantined', `task ${claims.task_id} is quarantined (its event log failed verification); its agents cannot act until it is repaired`);
     }
-    // An archived task's agents are all terminated: refused as they were before it left memory.
-    if (claims.task_id !== undefined && this.registry.archivedAgents.get(claims.sub) === claims.task_id) {
-      throw new AuthRefusal('agent_terminated', `agent ${claims.sub} has been terminated; its token no longer works`);
-    }
     const agent = this.registry.agent(claims.sub);
     if (!agent || agent.task_id !== claims.task_id) {
+      // An archived task's agents are all terminated: refused as they were before it left
+      // memory. (Looked up only for an agent not in memory: a live one is never archived.)
+      if (claims.task_id !== undefined && this.registry.archivedAgents.get(claims.sub) === claims.task_id) {
+        throw new AuthRefusal('agent_terminated', `agent ${claims.sub} has been terminated; its token no longer works`);
+      }
       throw new AuthRefusal('unknown_agent', `no agent ${claims.sub} is registered in task ${claims.task_id ?? '?'}`);
     }
     if (agent.terminate_consumed) {

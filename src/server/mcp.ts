@@ -9,6 +9,7 @@ import {
   ListToolsRequestSchema,
   isInitializeRequest,
   type CallToolResult,
+  type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { DomainError } from '../domain/errors.js';
 import { deliveredText } from '../domain/messages.js';
@@ -53,16 +54,15 @@ export class McpSessions {
   private openPosts = 0;
   private postsDrained: Array<() => void> = [];
   private sweeper: NodeJS.Timeout | null = null;
-  /** Computed once: every session lists the same tools. */
-  private readonly toolList;
+  /** Computed at the first listing (JSON Schema generation of every tool: tens of ms a start need not spend), then shared by every session. */
+  private toolList: Tool[] | null = null;
   private readonly cap: SessionCap;
 
   constructor(
     private readonly services: Services,
-    catalogue: readonly AnyPrimitive[],
+    private readonly catalogue: readonly AnyPrimitive[],
   ) {
     this.byName = new Map(catalogue.map((p) => [p.name, p]));
-    this.toolList = catalogue.map(toolDefinition);
     this.cap = new SessionCap(services.config.maxSessionsPerAgent);
   }
 
@@ -139,7 +139,7 @@ export class McpSessions {
     server.setRequestHandler(GetPromptRequestSchema, (request) =>
       getLaunchPrompt(this.services, this.services.registry.agent(agentId), request.params.name),
     );
-    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: this.toolList }));
+    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: (this.toolList ??= this.catalogue.map(toolDefinition)) }));
     onToolCall(server, async (request, extra): Promise<CallToolResult> => {
       const { services } = this;
       const name = request.params.name;

@@ -1,4 +1,3 @@
-import pg from 'pg';
 import type { Config, homePaths } from '../config.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
 import type { EventLog } from '../events/log.js';
@@ -52,7 +51,9 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
       close: async () => undefined,
     };
   }
-  // Rollups and plans share a small pool; the log has a connection of its own.
+  // Rollups and plans share a small pool; the log has a connection of its own. The driver is
+  // loaded here, not at import: the embedded store never needs it.
+  const { default: pg } = await import('pg');
   const pool = new pg.Pool({ ...clientConfig(url, SIDE_APPLICATION), max: 2 });
   // An idle connection that drops is replaced by the pool; unhandled, its error would end the process.
   pool.on('error', () => undefined);

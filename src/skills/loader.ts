@@ -1,9 +1,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import matter from 'gray-matter';
-import YAML from 'yaml';
 import { z } from 'zod';
 import { DomainError } from '../domain/errors.js';
+import { parseFrontMatter, splitFrontMatter } from './front-matter.js';
 
 /**
  * Skills: `SKILL.md` files with YAML front matter (`name`, `version`, `description`,
@@ -45,9 +44,6 @@ export class SkillLoadError extends Error {
   }
 }
 
-// gray-matter's default engine is js-yaml 3; we parse with the maintained `yaml` package.
-const MATTER_OPTIONS = { engines: { yaml: (s: string) => YAML.parse(s) as object } };
-
 export function parseSkillFile(file: string): Skill {
   let text: string;
   try {
@@ -55,13 +51,15 @@ export function parseSkillFile(file: string): Skill {
   } catch (err) {
     throw new SkillLoadError(file, `cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
   }
-  let parsed: matter.GrayMatterFile<string>;
+  let parsed: { data: unknown; content: string };
   try {
-    parsed = matter(text, MATTER_OPTIONS as never);
+    const split = splitFrontMatter(text);
+    if (!split) throw new SkillLoadError(file, 'missing YAML front matter (--- ... ---)');
+    parsed = { data: parseFrontMatter(split.matter), content: split.body };
   } catch (err) {
+    if (err instanceof SkillLoadError) throw err;
     throw new SkillLoadError(file, `front matter is not valid YAML: ${(err as Error).message.split('\n')[0]}`);
   }
-  if (!text.trimStart().startsWith('---')) throw new SkillLoadError(file, 'missing YAML front matter (--- ... ---)');
   const fm = frontMatterSchema.safeParse(parsed.data);
   if (!fm.success) {
     const issue = fm.error.issues[0]!;

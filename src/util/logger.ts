@@ -1,5 +1,10 @@
+import { createRequire } from 'node:module';
 import { pino, type DestinationStream, type Logger } from 'pino';
-import pinoPretty from 'pino-pretty';
+import type pinoPrettyModule from 'pino-pretty';
+
+// pino-pretty (a CommonJS package) is required only for the pretty format: a server logging
+// JSON, as under a supervisor or in a container, does not load it.
+const requirePretty = (): typeof pinoPrettyModule => createRequire(import.meta.url)('pino-pretty') as typeof pinoPrettyModule;
 
 /** `pretty`: one readable line per entry (for a person at a terminal); `json`: one JSON object per line. */
 export type LogFormat = 'json' | 'pretty';
@@ -64,7 +69,7 @@ export function scrubTokens(text: string): string {
 export function createLogger(level: string = process.env.BEIDOU_LOG_LEVEL ?? 'info', destination?: DestinationStream, format: LogFormat = 'json'): Logger {
   const out =
     format === 'pretty'
-      ? pinoPretty({
+      ? requirePretty()({
           destination: destination ?? 2,
           sync: true,
           singleLine: true,
