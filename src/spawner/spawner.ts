@@ -41,6 +41,8 @@ export class Spawner implements SupervisorHost {
   /** Agents whose termination this spawner acknowledged: a late launch for one is ignored. */
   private readonly ended = new Set<string>();
   private heartbeatS = 5;
+  /** Re-arms the open stream's silence timer once the hello has set the heartbeat. */
+  private heardHello: (() => void) | null = null;
   private graceS = 60;
   private heartbeat: NodeJS.Timeout | null = null;
   private readonly stopping = new AbortController();
@@ -123,6 +125,8 @@ export class Spawner implements SupervisorHost {
       timer = setTimeout(() => silence.abort(new StreamSilent(silentFor)), silentFor);
     };
     arm();
+    // The hello gives the server's heartbeat: the silence allowed is counted in it from then.
+    this.heardHello = arm;
     try {
       await this.streamUntil(url, AbortSignal.any([this.stopping.signal, silence.signal]), opened, arm);
     } catch (err) {
@@ -130,6 +134,7 @@ export class Spawner implements SupervisorHost {
       throw err;
     } finally {
       if (timer) clearTimeout(timer);
+      if (this.heardHello === arm) this.heardHello = null;
     }
   }
 
@@ -167,6 +172,7 @@ export class Spawner implements SupervisorHost {
     switch (command.type) {
       case 'hello': {
         this.heartbeatS = command.heartbeat_s;
+        this.heardHello?.();
         this.graceS = command.terminate_grace_s;
         // Agents the server gave to another spawner while we were away are not ours any more.
         for (const [id, sup] of this.agents) {
