@@ -8,7 +8,7 @@ import type { DomainContext } from '../domain/context.js';
 import { acquireHomeLock, type HomeLock } from '../events/home-lock.js';
 import type { ReplayReport } from '../events/log.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl } from '../events/pg-connect.js';
-import { PgEventLog, type LeaseLost } from '../events/pg-log.js';
+import type { LeaseLost, PgEventLog } from '../events/pg-log.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile, writeSecretFile } from '../identity/secrets.js';
 import { TokenService } from '../identity/tokens.js';
 import type { ArchiveIndex } from '../registry/archive.js';
@@ -440,7 +440,8 @@ async function activate(
   archiver.start();
   services.spawners.start();
   mcp.startExpiry();
-  const pgLog = log instanceof PgEventLog ? log : null;
+  // By the store's kind, not instanceof: the embedded store does not load the PostgreSQL log's module.
+  const pgLog = store.kind === 'postgres' ? (log as PgEventLog) : null;
 
   return {
     app,
