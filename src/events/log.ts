@@ -96,6 +96,8 @@ export interface FollowingLog extends EventLog {
   /** Unloads a task another writer archived, if its mark matches what this log holds. */
   forget(taskId: string, mark: ArchiveMark): boolean;
   following(): { position: number; events: number; diverged: string | null } | null;
+  /** Whether the lease was confirmed within its length (false asks for a renewal at once). */
+  leaseConfirmed(): boolean;
 }
 
 export function isFollowingLog(log: EventLog): log is FollowingLog {

@@ -11,7 +11,7 @@ import { homePaths, type Config } from '../config.js';
 import type { DomainContext } from '../domain/context.js';
 import type { ReplayReport } from '../events/log.js';
 import { DatabaseInUseError } from '../events/pg-connect.js';
-import { PgEventLog, type LeaseLost } from '../events/pg-log.js';
+import type { LeaseLost, PgEventLog } from '../events/pg-log.js';
 import { TokenService } from '../identity/tokens.js';
 import type { ArchiveIndex } from '../registry/archive.js';
 import { Registry } from '../registry/registry.js';
@@ -245,7 +245,8 @@ export async function activate(
   archiver.start();
   services.spawners.start();
   mcp.startExpiry();
-  const pgLog = log instanceof PgEventLog ? log : null;
+  // By the store's kind, not instanceof: the embedded store does not load the PostgreSQL log's module.
+  const pgLog = store.kind === 'postgres' ? (log as PgEventLog) : null;
 
   return {
     app,

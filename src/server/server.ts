@@ -6,7 +6,7 @@ import { ConfigError, homePaths, prepareHome, type Config } from '../config.js';
 import { acquireHomeLock, type HomeLock } from '../events/home-lock.js';
 import { isFollowingLog } from '../events/log.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl } from '../events/pg-connect.js';
-import { PgEventLog, type LeaseLost } from '../events/pg-log.js';
+import type { LeaseLost } from '../events/pg-log.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile, writeSecretFile } from '../identity/secrets.js';
 import type { RollupStore } from '../registry/rollups.js';
 import type { Archiver } from '../runtime/archiver.js';
@@ -132,7 +132,7 @@ async function run(
   // so (503), and the balancer stops sending it work until a renewal succeeds or it steps down.
   outer.get('/api/health', (_req, res, next) => {
     const log = core?.services.registry.log;
-    if (!core || !(log instanceof PgEventLog) || log.leaseConfirmed()) return next();
+    if (!core || !log || !isFollowingLog(log) || log.leaseConfirmed()) return next();
     res
       .status(503)
       .set('Retry-After', '1')

@@ -1,15 +1,11 @@
 import type { Config, homePaths } from '../config.js';
 import { JsonlEventLog } from '../events/jsonl-log.js';
 import type { EventLog } from '../events/log.js';
-import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from '../events/pg-connect.js';
-import { PgEventLog, type LeaseOptions } from '../events/pg-log.js';
-import { migrate, type MigrationReport } from '../events/pg-schema.js';
+import type { LeaseOptions } from '../events/pg-log.js';
+import type { MigrationReport } from '../events/pg-schema.js';
 import type { ArchiveIndex } from '../registry/archive.js';
 import { SqliteArchiveIndex } from '../registry/archive-index.js';
-import { PgArchiveIndex } from '../registry/pg-archive-index.js';
 import { FilePlanStore, type PlanStore } from '../registry/plan-store.js';
-import { PgPlanStore } from '../registry/pg-plans.js';
-import { PgRollups } from '../registry/pg-rollups.js';
 import { SqliteRollups, type RollupStore } from '../registry/rollups.js';
 import type { RegistryState } from '../registry/state.js';
 import type { Clock } from '../util/clock.js';
@@ -51,34 +47,7 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
       close: async () => undefined,
     };
   }
-  // Rollups and plans share a small pool; the log has a connection of its own. The driver is
-  // loaded here, not at import: the embedded store never needs it.
-  const { default: pg } = await import('pg');
-  const pool = new pg.Pool({ ...clientConfig(url, SIDE_APPLICATION), max: 2 });
-  // An idle connection that drops is replaced by the pool; unhandled, its error would end the process.
-  pool.on('error', () => undefined);
-  let migrations: MigrationReport;
-  try {
-    const client = await pool.connect().catch((err: unknown) => {
-      throw new DatabaseUnreachableError(url, err);
-    });
-    try {
-      migrations = await migrate(client);
-    } finally {
-      client.release();
-    }
-  } catch (err) {
-    await pool.end().catch(() => undefined);
-    throw err;
-  }
-  return {
-    kind: 'postgres',
-    where: describeDatabaseUrl(url),
-    log: new PgEventLog(url, clock, lease),
-    plans: new PgPlanStore(pool, clock),
-    archive: () => new PgArchiveIndex(pool),
-    rollups: (state, onError) => new PgRollups(pool, state, onError),
-    migrations,
-    close: () => pool.end(),
-  };
+  // Loaded only with a database URL: the embedded store never needs the PostgreSQL modules.
+  const { openPgStore } = await import('./pg-store.js');
+  return openPgStore(url, clock, lease);
 }
