@@ -52,6 +52,20 @@ async function handOver(active: TestServer, standby: TestServer, wait = true): P
   if (wait) await until('the standby active', () => (standby.server.role() === 'active' ? true : undefined), 15_000);
 }
 
+/** Writes a row around the server that leaves a gap in a task's seqs (and tells followers); returns the task's last seq before it. */
+async function gapRow(db: string, taskId: string): Promise<number> {
+  return withClient(db, async (c) => {
+    const last = Number((await c.query('SELECT max(seq) AS s FROM events WHERE task_id = $1', [taskId])).rows[0].s);
+    await c.query("INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, 0, 'agent_output', $3::json)", [
+      taskId,
+      last + 2,
+      JSON.stringify({ seq: last + 2, ts: 0, event: 'agent_output', task_id: taskId }),
+    ]);
+    await c.query("SELECT pg_notify('beidou_events', 'test')");
+    return last;
+  });
+}
+
 async function sendMessages(ts: TestServer, to: string, n: number, tag: string): Promise<void> {
   for (let i = 0; i < n; i++) expect((await ts.api('POST', `/agents/${to}/send`, { content: `${tag} ${i}` })).status).toBe(200);
 }
@@ -126,16 +140,7 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     const task = await createTask(a);
     const other = await createTask(a, { name: 'untouched' });
     await caughtUp(b, db);
-    const last = await withClient(db, async (c) => Number((await c.query('SELECT max(seq) AS s FROM events WHERE task_id = $1', [task.task_id])).rows[0].s));
-    // A row written around the server, leaving a gap in the task's seqs.
-    await withClient(db, async (c) => {
-      await c.query("INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, 0, 'agent_output', $3::json)", [
-        task.task_id,
-        last + 2,
-        JSON.stringify({ seq: last + 2, ts: 0, event: 'agent_output', task_id: task.task_id }),
-      ]);
-      await c.query("SELECT pg_notify('beidou_events', 'test')");
-    });
+    const last = await gapRow(db, task.task_id);
     await until('the follower stopped', () => b.server.following()?.diverged ?? undefined, 15_000);
     expect(b.server.following()!.diverged).toBe(`task ${task.task_id}, seq ${last + 2}: seq ${last + 2}, expected ${last + 1}`);
     expect(((await (await fetch(`${b.url}/api/health`)).json()) as any).following.diverged).toContain(`seq ${last + 2}, expected ${last + 1}`);
@@ -155,15 +160,7 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     const task = await createTask(a);
     await caughtUp(b, db);
     // The follower stops at a row it cannot apply, so the takeover replays cold.
-    const last = await withClient(db, async (c) => Number((await c.query('SELECT max(seq) AS s FROM events WHERE task_id = $1', [task.task_id])).rows[0].s));
-    await withClient(db, async (c) => {
-      await c.query("INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, 0, 'agent_output', $3::json)", [
-        task.task_id,
-        last + 2,
-        JSON.stringify({ seq: last + 2, ts: 0, event: 'agent_output', task_id: task.task_id }),
-      ]);
-      await c.query("SELECT pg_notify('beidou_events', 'test')");
-    });
+    const last = await gapRow(db, task.task_id);
     await until('the follower stopped', () => b.server.following()?.diverged ?? undefined, 15_000);
     // An index entry the log does not match: the cold writer deletes it, and waits on this row lock
     // meanwhile (a follower only reads the index), so the cold takeover is held where it is slow.
