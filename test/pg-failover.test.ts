@@ -7,7 +7,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startHaproxy, type TestHaproxy } from '../src/testkit/haproxy.js';
 import { beidou, buildCli } from './support/cli.js';
 import { until, within } from './support/poll.js';
-import { spawnSpawner, type SpawnerProcess } from './support/process.js';
+import { processAlive, spawnSpawner, type SpawnerProcess } from './support/process.js';
 import { adminCall, health, sharedSecrets, startReplica, untilActive, type Replica } from './support/replicas.js';
 import { connectAgent, removeHome, type TestAgent } from './support/server.js';
 import { freshDatabase } from './support/store.js';
@@ -88,14 +88,6 @@ const text = (id: string, value = id) => ({ emit: { event: 'assistant_text', mes
 const agentPid = (workdir: string, taskId: string, agentId: string) => {
   const file = path.join(workdir, taskId, agentId, '.scripted-agent.pid');
   return existsSync(file) ? Number(readFileSync(file, 'utf8')) : undefined;
-};
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 };
 
 interface SpawnerView {
@@ -211,7 +203,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     expect(named(rows, 'agent_error')).toEqual([]);
     expect(agentPid(workdir, task.task_id, task.root_agent_id)).toBe(pids.root);
     expect(agentPid(workdir, task.task_id, earlyId)).toBe(pids.early);
-    expect(alive(pids.root) && alive(pids.early)).toBe(true);
+    expect(processAlive(pids.root) && processAlive(pids.early)).toBe(true);
     expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
 
     // One process all along, and it said what happened.
@@ -274,7 +266,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     }, 30_000);
     expect(named(rows, 'agent_started')).toHaveLength(1);
     expect(named(rows, 'agent_input', (e) => e.message_id === ping.body.message_id).map((e) => e.via)).toEqual(['spawner']);
-    expect(alive(pid)).toBe(true);
+    expect(processAlive(pid)).toBe(true);
     expect(spawner.child.exitCode).toBe(null);
   });
 });

@@ -4,7 +4,7 @@ import { withClient } from '../src/testkit/postgres.js';
 import { buildCli } from './support/cli.js';
 import { until, within } from './support/poll.js';
 import { adminCall, FollowingAgent, health, startReplica, untilActive, type Replica } from './support/replicas.js';
-import { connectAgent, removeHome, type TestAgent } from './support/server.js';
+import { connectAgent, removeHome, senderTeam, type TestAgent } from './support/server.js';
 import { freshDatabase } from './support/store.js';
 
 /**
@@ -43,13 +43,7 @@ async function team(activeUrl: string, db: string, n: number) {
   const task = (await api('POST', '/tasks', { task: 'replicas', spawn: false })).body as { task_id: string; root_agent_id: string; token: string };
   const root = await connectAgent(activeUrl, task.token);
   clients.push(root);
-  const made = await root.call('create_team', {
-    name: 'senders',
-    task: 'send',
-    roles: Array.from({ length: n }, (_, i) => ({ role: `sender-${i}`, skill: 'worker', description: `sender ${i}` })),
-  });
-  if (!made.ok) throw new Error(JSON.stringify(made.error));
-  const ids = (made.value.members as Array<{ agent_id: string }>).map((m) => m.agent_id);
+  const ids = await senderTeam(root, n);
   const tokens = await Promise.all(ids.map(async (id) => (await api('POST', `/agents/${id}/token`, {})).body.token as string));
   await root.close();
   return { task, tokens };

@@ -4,7 +4,7 @@ import { LOG_APPLICATION } from '../src/events/pg-connect.js';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { createLogger, type Logger } from '../src/util/logger.js';
 import { until } from './support/poll.js';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
+import { agentToken, connectAgent, createTask, removeHome, senderTeam, startTestServer, tempHome, type TestAgent, type TestServer } from './support/server.js';
 import { databaseName, databaseUrlFor, rollupRows, storedEvents, withDatabase } from './support/store.js';
 
 /**
@@ -47,13 +47,7 @@ async function team(ts: TestServer, n: number) {
   const task = await createTask(ts);
   const root = await connectAgent(ts.url, task.token);
   clients.push(root);
-  const made = await root.call('create_team', {
-    name: 'senders',
-    task: 'send',
-    roles: Array.from({ length: n }, (_, i) => ({ role: `sender-${i}`, skill: 'worker', description: `sender ${i}` })),
-  });
-  if (!made.ok) throw new Error(JSON.stringify(made.error));
-  const memberIds = (made.value.members as Array<{ agent_id: string }>).map((m) => m.agent_id);
+  const memberIds = await senderTeam(root, n);
   const workers = await Promise.all(memberIds.map(async (id) => connectAgent(ts.url, await agentToken(ts, id))));
   clients.push(...workers);
   return { task, root, workers, memberIds };

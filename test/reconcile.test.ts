@@ -5,7 +5,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { handSpawner } from './support/spawner-stream.js';
 import { durableEvents, eventsNamed, waitForEvent, waitUntil } from './support/events.js';
 import { until } from './support/poll.js';
-import { spawnSpawner, type SpawnerProcess } from './support/process.js';
+import { processAlive, spawnSpawner, type SpawnerProcess } from './support/process.js';
 import { connectAgent, FakeClock, removeHome, startTestServer, type TestAgent, type TestServer } from './support/server.js';
 
 /**
@@ -15,14 +15,6 @@ import { connectAgent, FakeClock, removeHome, startTestServer, type TestAgent, t
  * agents die with their spawner. First with a hand-driven spawner, then with real ones.
  */
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 describe('reconciliation, hand-driven spawner', () => {
   let ts: TestServer;
@@ -169,10 +161,10 @@ describe('reconciliation, real spawners', () => {
     await waitForEvent(ts!, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'ready', { what: 'the agent ready' });
     const pid = await reportedPid(task.root_agent_id);
     orphans.push(pid);
-    expect(alive(pid)).toBe(true);
+    expect(processAlive(pid)).toBe(true);
     spawner.child.kill('SIGKILL');
     await spawner.exited;
-    await until('the agent process gone', () => (alive(pid) ? undefined : true), 10_000);
+    await until('the agent process gone', () => (processAlive(pid) ? undefined : true), 10_000);
   });
 
   it("a second spawner continues the first one's crash strikes", async () => {
@@ -222,7 +214,7 @@ describe('reconciliation, real spawners', () => {
         if (!agent.running) return true;
         const view = (await ts!.api('GET', '/spawners')).body.spawners as Array<{ agents: Array<{ agent_id: string; pid: number | null }> }>;
         const reported = view.flatMap((s) => s.agents).find((a) => a.agent_id === task.root_agent_id)?.pid;
-        return reported && alive(reported) ? true : undefined;
+        return reported && processAlive(reported) ? true : undefined;
       },
       3_000 + 500,
     );

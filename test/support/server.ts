@@ -117,3 +117,14 @@ export async function agentToken(ts: TestServer, agentId: string): Promise<strin
   if (res.status !== 200) throw new Error(`token for ${agentId}: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body.token as string;
 }
+
+/** A team of `n` workers (`sender-0`, ...) created by `root` with `create_team`: their agent ids. */
+export async function senderTeam(root: TestAgent, n: number): Promise<string[]> {
+  const made = await root.call('create_team', {
+    name: 'senders',
+    task: 'send',
+    roles: Array.from({ length: n }, (_, i) => ({ role: `sender-${i}`, skill: 'worker', description: `sender ${i}` })),
+  });
+  if (!made.ok) throw new Error(JSON.stringify(made.error));
+  return (made.value.members as Array<{ agent_id: string }>).map((m) => m.agent_id);
+}
