@@ -67,10 +67,6 @@ export function archiveRow(e: ArchivedTask): ArchiveRow {
   };
 }
 
-export function fromArchiveRow(r: ArchiveRow): ArchivedTask {
-  return fromArchiveColumns([r.task_id, r.last_seq, r.bytes, r.agents_total, r.agents_live, r.cost_usd, r.archived_at, r.record]);
-}
-
 /** What a load reads of each row, in this order (`fromArchiveColumns`): the status and the times are in the record. */
 export const ARCHIVE_LOAD_COLUMNS = 'task_id, last_seq, bytes, agents_total, agents_live, cost_usd, archived_at, record';
 

@@ -16,11 +16,12 @@ import { systemClock, type Clock } from '../util/clock.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { VERSION } from '../util/version.js';
 import { createHttpServer } from './http-limits.js';
-import { standbyApp } from './standby.js';
+import { standbyApp, type Following } from './standby.js';
 import type { Store } from './store.js';
 import { activate, openRegistry, type Core, type Opened, type StartOptions, type Startup } from './activate.js';
 
 export { skillRoots, type StartOptions, type Startup } from './activate.js';
+export type { Following } from './standby.js';
 
 /*
  * A Beidou server: its HTTP server, and the role of the replica it is (docs/architecture.md,
@@ -64,19 +65,6 @@ export interface BeidouServer {
   close(): Promise<void>;
 }
 
-export interface Following {
-  /** The last position (`events.pos`) applied. */
-  position: number;
-  /** Events applied since the follower's replay. */
-  events: number;
-  /** Events the follower's replay read when it began. */
-  replayed: number;
-  /** Tasks it holds in memory, and ended tasks it left out of memory (archived by the active). */
-  tasks: number;
-  archived: number;
-  /** Why it stopped following (a takeover then replays), or null. */
-  diverged: string | null;
-}
 
 /**
  * Starts the server: prepares the home, opens the store (migrating a database's schema),

@@ -10,7 +10,22 @@ export interface StandbyStatus {
   retryAfterS: number;
   since: number;
   /** The log this standby follows to stay warm (null: not following; a takeover replays). */
-  following: { position: number; events: number; replayed: number; tasks: number; archived: number; diverged: string | null } | null;
+  following: Following | null;
+}
+
+/** A standby's following of the log, as its health answer and `BeidouServer.following()` give it. */
+export interface Following {
+  /** The last position (`events.pos`) applied. */
+  position: number;
+  /** Events applied since the follower's replay. */
+  events: number;
+  /** Events the follower's replay read when it began. */
+  replayed: number;
+  /** Tasks it holds in memory, and ended tasks it left out of memory (archived by the active). */
+  tasks: number;
+  archived: number;
+  /** Why it stopped following (a takeover then replays), or null. */
+  diverged: string | null;
 }
 
 /**
