@@ -8,7 +8,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import pg from 'pg';
 import { pino } from 'pino';
 import { loadConfig } from '../config.js';
-import { migrate, MIGRATIONS } from '../events/pg-schema.js';
+import { migrate, MIGRATIONS } from '../store/postgres/schema.js';
 import { startServer } from '../server/server.js';
 import { createDatabase, startPostgres, type TestPostgres } from '../testkit/postgres.js';
 

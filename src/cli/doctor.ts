@@ -1,8 +1,8 @@
 import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readdirSync, readFileSync, statSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError, homePaths, loadConfig } from '../config.js';
-import { acquireHomeLock, HomeLockedError, type HomeLock } from '../events/home-lock.js';
-import { scanLog, type LogScan } from '../events/log-file.js';
+import { acquireHomeLock, HomeLockedError, type HomeLock } from '../store/embedded/home-lock.js';
+import { scanLog, type LogScan } from '../store/embedded/log-file.js';
 import { reduce } from '../registry/reducer.js';
 import { emptyState } from '../registry/state.js';
 import { CliError } from './client.js';

@@ -140,7 +140,7 @@ clientOptions(
 
 clientOptions(
   program.command('spawners').description('the spawners the server knows, and the agents each runs').option('--json', 'print the API\'s JSON'),
-).action(lazy(() => import('./spawners.js'), (m) => m.spawners));
+).action(lazy(() => import('./list-spawners.js'), (m) => m.spawners));
 
 program
   .command('spawner')
@@ -161,7 +161,7 @@ program
   .option('--spool-dir <dir>', 'where reports wait while the server is unreachable, and this spawner keeps its id (BEIDOU_SPOOL_DIR, default ~/.beidou-spawner/<name>)')
   .option('--spool-max-mb <n>', 'the spool size past which drained observability events are dropped', '64')
   .option('--restart-backoff <s,s,...>', 'seconds before restarting an agent after its 1st, 2nd, ... crash in a row (plus up to 25% jitter)', '1,5,30')
-  .action(async (opts) => (await import('./spawner.js')).spawner(opts));
+  .action(async (opts) => (await import('./run-spawner.js')).spawner(opts));
 
 program
   .command('hook')

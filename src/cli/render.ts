@@ -1,6 +1,6 @@
 import type { Namer } from '../events/describe.js';
-import type { Quarantine } from '../events/log.js';
-import type { agentView, quarantinedDetail, quarantinedSummary, taskDetail, taskSummary } from '../server/views.js';
+import type { Quarantine } from '../events/event-log.js';
+import type { agentView, quarantinedDetail, quarantinedSummary, taskDetail, taskSummary } from '../server/api/views.js';
 import { excerpt, plural, usd } from '../util/text.js';
 import { clock, dateTime, fields, table } from './table.js';
 

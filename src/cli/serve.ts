@@ -1,7 +1,7 @@
 import { ConfigError, loadConfig, type ConfigFlags } from '../config.js';
-import { HomeLockedError } from '../events/home-lock.js';
-import { DatabaseInUseError, DatabaseUnreachableError } from '../events/pg-connect.js';
-import { MigrationError, SchemaTooNewError } from '../events/pg-schema.js';
+import { HomeLockedError } from '../store/embedded/home-lock.js';
+import { DatabaseInUseError, DatabaseUnreachableError } from '../store/postgres/connect.js';
+import { MigrationError, SchemaTooNewError } from '../store/postgres/schema.js';
 import { startServer } from '../server/server.js';
 import { createLogger, resolveLogFormat, type LogFormat } from '../util/logger.js';
 

@@ -18,7 +18,7 @@ import {
  * has noticed), or an agent process. The run plays the user: it answers the questions that
  * reach the gateway and approves the root's hand-off. It watches, through the admin API, that
  * no agent stays `running` without a process. `npm run demo -- --chaos` and
- * test/chaos-team.test.ts both drive it.
+ * test/chaos/team.test.ts both drive it.
  */
 
 /** `outage+agent`: an agent process is killed while the server is down (its crash happens in the outage). */

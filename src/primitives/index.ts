@@ -18,7 +18,7 @@ import { terminateChild } from './terminate-child.js';
 /**
  * The catalogue: every tool, once, in the order `tools/list` gives them. MCP registration
  * and the JSON Schemas in schemas/ are generated from this list; the table in
- * docs/tools.md is checked against it (test/docs-tools.test.ts).
+ * docs/tools.md is checked against it (test/docs/tools.test.ts).
  */
 export const PRIMITIVES = [
   sendMessage,

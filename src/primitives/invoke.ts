@@ -1,6 +1,6 @@
 import { DomainError, invalidInput, zodToInvalidInput } from '../domain/errors.js';
 import { reviewGate, reviewGateError } from '../domain/reviews.js';
-import { EventLogFailedError } from '../events/log.js';
+import { EventLogFailedError } from '../events/event-log.js';
 import type { AnyPrimitive, ToolContext } from './define.js';
 
 export type InvokeResult = { ok: true; output: Record<string, unknown> } | { ok: false; error: DomainError };

@@ -1,4 +1,4 @@
-import type { ArchiveMark } from '../events/log.js';
+import type { ArchiveMark } from '../events/event-log.js';
 import type { RegistryState, TaskRecord } from './state.js';
 
 /**

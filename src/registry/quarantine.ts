@@ -1,4 +1,4 @@
-import type { Quarantine } from '../events/log.js';
+import type { Quarantine } from '../events/event-log.js';
 import { emptyState, type RegistryState } from './state.js';
 
 /**

@@ -1,5 +1,5 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
-import { isFollowingLog, type ArchiveMark, type EventLog, type FollowingLog, type ReplayReport } from '../events/log.js';
+import { isFollowingLog, type ArchiveMark, type EventLog, type FollowingLog, type ReplayReport } from '../events/event-log.js';
 import { ArchivedIds, removeTask, unloadRefusal, type ArchivedTask } from './archive.js';
 import { extractTask, type QuarantinedTask } from './quarantine.js';
 import { reduce } from './reducer.js';

@@ -4,12 +4,12 @@ import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { EVENT_NAMES, storedEventSchema } from '../events/catalogue.js';
 import { PRIMITIVES } from '../primitives/index.js';
-import { toolJsonSchema } from '../server/tool-listing.js';
+import { toolJsonSchema } from '../server/mcp/tool-listing.js';
 import { PACKAGE_ROOT } from '../util/version.js';
 
 /**
  * Generates schemas/: one JSON Schema per tool input, tool output and event, from the zod
- * definitions. `npm run schemas` writes them; test/schemas.test.ts fails when the checked-in
+ * definitions. `npm run schemas` writes them; test/unit/schemas.test.ts fails when the checked-in
  * files drift from the code.
  */
 

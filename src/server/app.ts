@@ -1,16 +1,16 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Services } from '../runtime/services.js';
-import type { AdminStreams } from './admin-streams.js';
-import { adminApi } from './api.js';
-import { closeIfBodyUnread } from './body.js';
-import { dashboard } from './dashboard.js';
-import { hookApi } from './hook-api.js';
-import { hostGuard } from './host-guard.js';
-import { spawnerApi } from './spawner-api.js';
-import type { Authenticator } from './auth.js';
-import { ApiError, sendError, toApiError } from './http-errors.js';
-import type { McpSessions } from './mcp.js';
-import type { TasksFeed } from './tasks-stream.js';
+import type { AdminStreams } from './api/admin-streams.js';
+import { adminApi } from './api/admin.js';
+import { closeIfBodyUnread } from './http/body.js';
+import { dashboard } from './http/dashboard.js';
+import { hookApi } from './api/hook.js';
+import { hostGuard } from './http/host-guard.js';
+import { spawnerApi } from './api/spawner.js';
+import type { Authenticator } from './http/auth.js';
+import { ApiError, sendError, toApiError } from './http/errors.js';
+import type { McpSessions } from './mcp/routes.js';
+import type { TasksFeed } from './api/tasks-stream.js';
 
 /**
  * The HTTP surface: OAuth discovery 404s, the MCP endpoint, the admin API. Thin by design.

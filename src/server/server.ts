@@ -3,10 +3,10 @@ import os from 'node:os';
 import express from 'express';
 import type pg from 'pg';
 import { ConfigError, homePaths, prepareHome, type Config } from '../config.js';
-import { acquireHomeLock, type HomeLock } from '../events/home-lock.js';
-import { isFollowingLog } from '../events/log.js';
-import { connectClient, DatabaseInUseError, describeDatabaseUrl } from '../events/pg-connect.js';
-import type { LeaseLost } from '../events/pg-log.js';
+import { acquireHomeLock, type HomeLock } from '../store/embedded/home-lock.js';
+import { isFollowingLog } from '../events/event-log.js';
+import { connectClient, DatabaseInUseError, describeDatabaseUrl } from '../store/postgres/connect.js';
+import type { LeaseLost } from '../store/postgres/log.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile, writeSecretFile } from '../identity/secrets.js';
 import type { RollupStore } from '../registry/rollups.js';
 import type { Archiver } from '../runtime/archiver.js';
@@ -15,13 +15,13 @@ import type { Watchdog } from '../runtime/watchdog.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { VERSION } from '../util/version.js';
-import { createHttpServer } from './http-limits.js';
-import { standbyApp, type Following } from './standby.js';
-import type { Store } from './store.js';
-import { activate, openRegistry, type Core, type Opened, type StartOptions, type Startup } from './activate.js';
+import { createHttpServer } from './http/limits.js';
+import { standbyApp, type Following } from './replica/standby.js';
+import type { Store } from '../store/index.js';
+import { activate, openRegistry, type Core, type Opened, type StartOptions, type Startup } from './replica/activate.js';
 
-export { skillRoots, type StartOptions, type Startup } from './activate.js';
-export type { Following } from './standby.js';
+export { skillRoots, type StartOptions, type Startup } from './replica/activate.js';
+export type { Following } from './replica/standby.js';
 
 /*
  * A Beidou server: its HTTP server, and the role of the replica it is (docs/architecture.md,

@@ -53,7 +53,7 @@ const SPECIAL_WORD = /^(~|null|true|false|yes|no|on|off|y|n)$/i;
  * value is a decimal integer, a flow list of plain words (`[Read, Grep]`), or plain text
  * that YAML reads as that same text (no quotes, indicators, comments, colons followed by
  * a space, brackets, or words and numbers YAML types). Null for anything else, even what
- * would be valid: then the YAML parser reads it (test/skills.test.ts checks the two agree).
+ * would be valid: then the YAML parser reads it (test/unit/skills.test.ts checks the two agree).
  */
 export function readSimple(matter: string): Record<string, unknown> | null {
   const out: Record<string, unknown> = {};

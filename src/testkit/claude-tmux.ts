@@ -1,4 +1,4 @@
-// In src/ (not test/support/) so the bench, compiled from src/, drives Claude Code the way test/wake.test.ts does.
+// In src/ (not test/support/) so the bench, compiled from src/, drives Claude Code the way test/claude-code/wake.test.ts does.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';

@@ -2,7 +2,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { CliChild } from './cli.js';
 import { connectAgent, tempHome, type TestAgent, type ToolOutcome } from './server.js';
 import { replicaSecrets } from './store.js';
-import { until } from './poll.js';
+import { until } from '../../src/testkit/poll.js';
 
 /**
  * Several `beidou serve` replicas on one database, as child processes, each with a home of

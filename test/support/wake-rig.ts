@@ -5,15 +5,15 @@ import path from 'node:path';
 import { expect } from 'vitest';
 import { liveSessions, pidAlive, type ClaudeSession } from '../../src/cli/wake/claude-sessions.js';
 import { WakeState, type SessionWake } from '../../src/cli/wake/wake-state.js';
-import { CLAUDE, claudeEnv, settleClaudeHome, startTmuxClaude, type TmuxClaude } from './claude-tmux.js';
-import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic, type RecordedRequest } from './fake-anthropic.js';
-import { until } from './poll.js';
+import { CLAUDE, claudeEnv, settleClaudeHome, startTmuxClaude, type TmuxClaude } from '../../src/testkit/claude-tmux.js';
+import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic, type RecordedRequest } from '../../src/testkit/fake-anthropic.js';
+import { until } from '../../src/testkit/poll.js';
 import { CLI } from './process.js';
 
 /**
  * A project folder attached to a Beidou agent, and the real Claude Code run in it under
  * tmux against a scripted Messages API stand-in: what the wake tests share
- * (test/wake.test.ts, test/wake-faults.test.ts). The server is in this process or a child
+ * (test/claude-code/wake.test.ts, test/claude-code/wake-faults.test.ts). The server is in this process or a child
  * process; `server()` is asked each time, so it may be restarted.
  */
 export const STEP_MS = 30_000;

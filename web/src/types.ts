@@ -1,10 +1,10 @@
 /**
  * The admin API's JSON, typed by the server's own view functions (type-only imports: no
- * server code reaches the page), so a field renamed in src/server/views.ts breaks the page
+ * server code reaches the page), so a field renamed in src/server/api/views.ts breaks the page
  * at compile time instead of showing `undefined`.
  */
 import type { StoredEvent } from '../../src/events/catalogue.js';
-import type { agentView, pendingQuestionsView, planView, quarantinedDetail, taskDetail, taskListView, teamView } from '../../src/server/views.js';
+import type { agentView, pendingQuestionsView, planView, quarantinedDetail, taskDetail, taskListView, teamView } from '../../src/server/api/views.js';
 
 export type { StoredEvent };
 export type TaskItem = ReturnType<typeof taskListView>[number];

@@ -1,0 +1,148 @@
+import { Router, type Request } from 'express';
+import { createSession } from 'better-sse';
+import { zodToInvalidInput } from '../../domain/errors.js';
+import { NotYourAgent, spooledMark, spoolHighWater } from '../../domain/spawners.js';
+import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../../events/catalogue.js';
+import { UnstorableEventError } from '../../events/event-log.js';
+import { ackBody, eventsBody, heartbeatBody, INSTANCE_HEADER, SPOOL_SEQ_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../../protocol/spawner.js';
+import type { Services } from '../../runtime/services.js';
+import type { Authenticator } from '../http/auth.js';
+import { jsonBody } from '../http/body.js';
+import { ApiError, fromDomainError, parseOr400 } from '../http/errors.js';
+
+/**
+ * The spawner endpoints (spawner tokens only): one SSE stream of commands, and posts for
+ * heartbeats, acknowledgements, starts and drained events. docs/spawner-protocol.md has
+ * the whole protocol.
+ */
+
+export function spawnerApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
+  const { spawners, registry } = services;
+  const api = Router();
+  api.use(auth.require('spawner'), jsonBody); // the token first, the body after
+
+  // One spawner token may serve several spawner processes (machines): each names its own
+  // instance, and the pair is the spawner's identity.
+  const spawnerId = (req: Request) => {
+    const p = req.principal;
+    if (p?.kind !== 'spawner') throw new Error('spawner route without a spawner principal');
+    const instance = req.header(INSTANCE_HEADER) ?? '';
+    if (!/^[A-Za-z0-9._:-]{1,100}$/.test(instance)) {
+      throw new ApiError(400, 'invalid_input', `${INSTANCE_HEADER}: must name this spawner instance ([A-Za-z0-9._:-], at most 100)`);
+    }
+    return `${p.spawnerId}.${instance}`;
+  };
+  // A report from a spawner's spool carries its spool sequence: one at or below the
+  // spawner's high-water mark was committed before (a replay) and is acknowledged, not redone.
+  const spoolSeq = (req: Request): number | null => {
+    const raw = req.header(SPOOL_SEQ_HEADER);
+    if (raw === undefined) return null;
+    if (!/^[1-9][0-9]{0,14}$/.test(raw)) throw new ApiError(400, 'invalid_input', `${SPOOL_SEQ_HEADER}: must be a positive integer`);
+    return Number(raw);
+  };
+  const replayed = (id: string, seq: number | null) => seq !== null && seq <= spoolHighWater(registry.state, id);
+  const mine = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof NotYourAgent) throw new ApiError(409, 'not_your_agent', err.message);
+      throw err;
+    }
+  };
+
+  api.get('/stream', async (req, res) => {
+    const id = spawnerId(req);
+    const { max_agents, name } = parseOr400(streamQuery, req.query);
+    // A keep-alive every heartbeat: a spawner that hears nothing for three of them drops
+    // the stream and reconnects (a paused or lost server, a balancer holding a dead one).
+    const session = await createSession(req, res, { keepAlive: services.config.spawnerHeartbeatS * 1000, trustClientEventId: false });
+    let seq = 0;
+    const send = (command: SpawnerCommand) => {
+      if (session.isConnected) session.push(command, 'command', String(++seq));
+    };
+    const end = () => res.end();
+    stopping.addEventListener('abort', end, { once: true });
+    session.on('disconnected', () => {
+      stopping.removeEventListener('abort', end);
+      spawners.disconnect(id, send);
+    });
+    spawners.connect(id, name || id, max_agents, send, end);
+  });
+
+  api.post('/heartbeat', async (req, res) => {
+    // An older spawner posts `{}` (or nothing): a beat without a report.
+    const body = parseOr400(heartbeatBody, req.body ?? {});
+    await spawners.heartbeat(spawnerId(req), body.agents);
+    res.json({ ok: true });
+  });
+
+  api.post('/ack', async (req, res) => {
+    const body = parseOr400(ackBody, req.body);
+    const id = spawnerId(req);
+    const seq = spoolSeq(req);
+    if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
+    const mark = spooledMark(registry.state, id, body.agent_id, seq);
+    await mine(async () => {
+      if (body.type === 'deliver') {
+        if (!body.message_id) throw new ApiError(400, 'invalid_input', 'message_id: required for a delivery ack');
+        await spawners.acknowledgeDelivery(id, body.agent_id, body.message_id, mark);
+      } else {
+        await spawners.acknowledgeTermination(id, body.agent_id, mark);
+      }
+    });
+    res.json({ ok: true });
+  });
+
+  api.post('/agents/:id/started', async (req, res) => {
+    const body = parseOr400(startedBody, req.body);
+    const id = spawnerId(req);
+    const agentId = String(req.params.id);
+    const seq = spoolSeq(req);
+    if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
+    await mine(() => spawners.started(id, agentId, body.session_id, body.resumed, spooledMark(registry.state, id, agentId, seq)));
+    res.json({ ok: true });
+  });
+
+  api.post('/agents/:id/events', async (req, res) => {
+    const agentId = String(req.params.id);
+    const { events } = parseOr400(eventsBody, req.body);
+    const id = spawnerId(req);
+    const seq = spoolSeq(req);
+    if (replayed(id, seq)) return void res.json({ ok: true, accepted: 0, replayed: true });
+    const agent = registry.agent(agentId);
+    if (!agent) throw new ApiError(404, 'unknown_agent', `no agent ${agentId}`);
+    // Validate all first: a batch is taken whole or not at all.
+    const drafts = events.map((raw, i) => {
+      const name = raw.event;
+      if (typeof name !== 'string' || !(SPAWNER_EVENTS as readonly string[]).includes(name)) {
+        throw new ApiError(400, 'invalid_input', `events[${i}].event: must be one of ${SPAWNER_EVENTS.join(', ')}`, { field: `events[${i}].event` });
+      }
+      const schema = EVENT_FIELDS[name as (typeof SPAWNER_EVENTS)[number]];
+      // Identity comes from the route (the agent this spawner runs), never from the payload;
+      // a spawner's forced termination is always the grace backstop's.
+      const identity =
+        name === 'terminate.forced'
+          ? { agent_id: agentId, caller_id: 'watchdog', reason: 'watchdog_grace', team_id: agent.team_id }
+          : 'agent_id' in schema.shape
+            ? { agent_id: agentId }
+            : { caller_id: agentId };
+      const parsed = schema.safeParse({ ...raw, ...identity });
+      if (!parsed.success) {
+        const err = fromDomainError(zodToInvalidInput(parsed.error));
+        throw new ApiError(400, 'invalid_input', `events[${i}] (${name}) ${err.message}`, { field: `events[${i}].${String(err.details?.field ?? '')}` });
+      }
+      return { event: name, task_id: agent.task_id, ...parsed.data } as EventDraft;
+    });
+    await mine(() => spawners.report(id, agentId, drafts, spooledMark(registry.state, id, agentId, seq))).catch((err: unknown) => {
+      // Serialised before any of it is numbered: nothing of the batch was written.
+      if (err instanceof UnstorableEventError && err.index < drafts.length) {
+        const i = err.index;
+        throw new ApiError(400, 'invalid_input', `events[${i}] (${drafts[i]!.event}) cannot be stored: ${err.reason}`, { field: `events[${i}]` });
+      }
+      throw err;
+    });
+    res.json({ ok: true, accepted: drafts.length });
+  });
+
+  return api;
+}

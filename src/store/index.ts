@@ -1,0 +1,55 @@
+import type { Config, homePaths } from '../config.js';
+import { JsonlEventLog } from './embedded/jsonl-log.js';
+import type { EventLog } from '../events/event-log.js';
+import type { LeaseOptions } from './postgres/log.js';
+import type { MigrationReport } from './postgres/schema.js';
+import type { ArchiveIndex } from '../registry/archive.js';
+import { SqliteArchiveIndex } from './embedded/archive-index.js';
+import type { PlanStore } from '../registry/plan-store.js';
+import { FilePlanStore } from './embedded/plans.js';
+import type { RollupStore } from '../registry/rollups.js';
+import { SqliteRollups } from './embedded/rollups.js';
+import type { RegistryState } from '../registry/state.js';
+import type { Clock } from '../util/clock.js';
+
+/**
+ * Where the server keeps its state: the embedded store (JSONL files, SQLite rollups and
+ * plan files in the home), or PostgreSQL when a database URL is set (events, rollups and
+ * plans in one database; the home keeps the admin token, the secret and the rest). The
+ * rest of the server sees only the interfaces.
+ */
+export interface Store {
+  kind: 'embedded' | 'postgres';
+  /** Where, in words a log line may show (never a password). */
+  where: string;
+  log: EventLog;
+  plans: PlanStore;
+  /** The archive index: ended tasks out of memory (`stats.db`, or the database's `archived_tasks`). */
+  archive(): ArchiveIndex;
+  /** The rollups over a registry's state, once it is replayed. */
+  rollups(state: RegistryState, onError?: (err: unknown) => void): RollupStore;
+  /** What the schema migrations did at open (PostgreSQL only). */
+  migrations: MigrationReport | null;
+  /** Closes what the store opened besides the log and the rollups (which are closed first). */
+  close(): Promise<void>;
+}
+
+/** `lease`: with a database URL, the log's lease (its holder's name, length, and what to do once it is lost). */
+export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: ReturnType<typeof homePaths>, clock: Clock, lease: LeaseOptions = {}): Promise<Store> {
+  const url = config.databaseUrl;
+  if (!url) {
+    return {
+      kind: 'embedded',
+      where: paths.events,
+      log: new JsonlEventLog(paths.events, clock),
+      plans: new FilePlanStore(paths.plans),
+      archive: () => new SqliteArchiveIndex(paths.statsDb),
+      rollups: (state, onError) => new SqliteRollups(paths.statsDb, state, onError),
+      migrations: null,
+      close: async () => undefined,
+    };
+  }
+  // Loaded only with a database URL: the embedded store never needs the PostgreSQL modules.
+  const { openPgStore } = await import('./postgres/index.js');
+  return openPgStore(url, clock, lease);
+}

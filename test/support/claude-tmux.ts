@@ -1,1 +1,0 @@
-export * from '../../src/testkit/claude-tmux.js';
