@@ -14,7 +14,7 @@ import type { QuestionWaiters } from './question-waiters.js';
 import type { SpawnerHub } from './spawners/hub.js';
 
 /**
- * What a tool handler or an HTTP route may use, built once in `server/server.ts`. The
+ * What a tool handler or an HTTP route may use, built once per activation (`server/replica/activate.ts`). The
  * runtime parts below it each take only what they need in their constructors; this bag is
  * for the top layers. Decisions get `domain` (state, limits, ids) and nothing else.
  */

@@ -53,3 +53,9 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
   const { openPgStore } = await import('./postgres/index.js');
   return openPgStore(url, clock, lease);
 }
+
+// What the replica's role needs of the PostgreSQL store besides the interfaces above: the
+// refusal while another replica holds the log, the lease's loss, and the standby's LISTEN.
+export { DatabaseInUseError, describeDatabaseUrl } from './postgres/connect.js';
+export type { LeaseLost } from './postgres/log.js';
+export { NoticeListener, type ReplicaNotices } from './postgres/notices.js';

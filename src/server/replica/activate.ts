@@ -2,8 +2,8 @@
  * One activation of a replica (docs/architecture.md, "Replicas"): a store opened and a
  * registry rebuilt on it (`openRegistry`, by a writer or a standby's follower), then
  * everything that serves built on that registry (`activate`): the services, the watchdog,
- * the archiver, the MCP sessions and the app. `server.ts` decides when a replica activates
- * and listens; this file only builds and tears down what one activation holds.
+ * the archiver, the MCP sessions and the app. `role.ts` decides when a replica activates,
+ * `server.ts` listens; this file only builds and tears down what one activation holds.
  */
 import path from 'node:path';
 import express from 'express';
@@ -62,7 +62,7 @@ export function skillRoots(config: Config): string[] {
 }
 
 /** What one activation built: everything that serves, from a replay of the log to the app. */
-export interface Core {
+export interface Activation {
   app: express.Express;
   services: Services;
   rollups: RollupStore;
@@ -83,7 +83,7 @@ export interface Core {
  * A store opened and a registry rebuilt on it: by a writer (`open`, taking the lease) or by
  * a standby that follows the active's commits (`follow`) and becomes one by `promote`.
  */
-export interface Opened {
+export interface OpenedRegistry {
   store: Store;
   registry: Registry;
   index: ArchiveIndex;
@@ -100,7 +100,7 @@ export async function openRegistry(
   logger: Logger,
   holder: string | null,
   mode: 'writer' | 'follower',
-): Promise<Opened> {
+): Promise<OpenedRegistry> {
   const route = { onLost: (_lost: LeaseLost) => undefined as void };
   const store = await openStore(config, paths, clock, { ...(holder ? { holder } : {}), leaseS: config.leaseS, onLost: (lost) => route.onLost(lost) });
   if (store.migrations?.applied.length) {
@@ -131,25 +131,32 @@ export async function openRegistry(
   return { store, registry, index, route, close };
 }
 
+/** What an activation is built from. */
+export interface ActivationOptions {
+  config: Config;
+  options: StartOptions;
+  logger: Logger;
+  clock: Clock;
+  paths: ReturnType<typeof homePaths>;
+  keys: { adminToken: string; secret: string };
+  /** This replica's name in the lease row (null without a database URL). */
+  holder: string | null;
+  /** Where the log's lease-lost call goes (once). */
+  onLost: (lost: LeaseLost) => void;
+  /** A standby's follower to take over on, or null: open the store afresh. */
+  warm: OpenedRegistry | null;
+}
+
 /**
  * Builds everything that serves, from the registry to the app, on a store it opens (with a
  * database URL: taking the lease, or refusing with `DatabaseInUseError`) or on a standby's
  * follower (`warm`), which takes the lease and reads only what it has not followed yet.
  * Nothing listens here: the replica's HTTP server hands requests to the app.
  */
-export async function activate(
-  config: Config,
-  options: StartOptions,
-  logger: Logger,
-  clock: Clock,
-  paths: ReturnType<typeof homePaths>,
-  keys: { adminToken: string; secret: string },
-  holder: string | null,
-  onLost: (lost: LeaseLost) => void,
-  warm: Opened | null,
-): Promise<Core> {
+export async function activate(o: ActivationOptions): Promise<Activation> {
+  const { config, options, logger, clock, paths, keys, holder, onLost, warm } = o;
   const openedAt = performance.now(); // a duration for the log line, not a time of day
-  let opened: Opened;
+  let opened: OpenedRegistry;
   let takeover: { caughtUp: number; followed: number } | null = null;
   if (warm) {
     warm.route.onLost = onLost;
