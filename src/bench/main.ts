@@ -47,7 +47,7 @@ const WAKE_WAYS = (process.env.BENCH_WAKE_PATHS ?? 'socket,rewake').split(',') a
 const FAILOVER_RUNS = Number(process.env.BENCH_FAILOVER_RUNS ?? 3);
 const FAILOVER_AGENTS = Number(process.env.BENCH_FAILOVER_AGENTS ?? 8);
 const FAILOVER_CHECK_MS = Number(process.env.BENCH_FAILOVER_CHECK_MS ?? 1000);
-/** The bar of issue 13: one takes over within 10 s at the defaults. */
+/** The failover bar: one takes over within 10 s at the defaults. */
 const FAILOVER_BAR_S = 10;
 
 /** The floor: same input shape and the same wrapper as send_message, doing nothing. */

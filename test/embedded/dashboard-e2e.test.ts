@@ -13,7 +13,7 @@ import { connectAgent, createTask, removeHome, startTestServer, tempHome, type T
 // Embedded store only (vitest.config.ts): the quarantine case writes a seq twice into events/*.jsonl.
 
 /**
- * Issue #12's dashboard, end to end: the real server, a real `beidou spawner` running the
+ * The dashboard, end to end: the real server, a real `beidou spawner` running the
  * scripted team of test/fixtures/dashboard-team.json through the command adapter, and
  * Debian's Chromium driving the page as a person would. One browser for the file, a fresh
  * context (no cookies, no storage) per test. The tests follow one team run in order: each

@@ -6,7 +6,7 @@ import { JsonlEventLog } from '../../src/store/embedded/jsonl-log.js';
 import { removeHome, tempHome } from '../support/server.js';
 
 // The JSONL log and its files, directly: embedded store only (vitest.config.ts). The
-// PostgreSQL log's own tests are test/pg-log.test.ts.
+// PostgreSQL log's own tests are test/postgres/log.test.ts.
 
 const clock = { now: () => 1_800_000_000.5 };
 const draft = (taskId: string, i: number): EventDraft => ({

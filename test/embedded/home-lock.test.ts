@@ -11,7 +11,7 @@ import { removeHome, tempHome } from '../support/server.js';
  * doctor` finds, and with --repair cuts back, a damaged task log (refused, like `stats
  * rebuild`, while a server runs). Embedded store only (vitest.config.ts): `beidou doctor`
  * repairs `events/*.jsonl`; one server per database is in test/postgres/log.test.ts and
- * test/pg-cli.test.ts.
+ * test/postgres/cli.test.ts.
  */
 
 const ROOT = path.resolve(import.meta.dirname, '../..');

@@ -12,7 +12,7 @@ import { connectAgent, createTask, removeHome, startTestServer, tempHome, type T
  * batch that cannot be stored leaves no trace, a commit cut at a line boundary replays as
  * if it never happened, and a task file that fails verification is quarantined while the
  * other tasks run. Embedded store only (vitest.config.ts): it corrupts `events/*.jsonl`; the
- * PostgreSQL store's quarantine is in test/pg-store.test.ts.
+ * PostgreSQL store's quarantine is in test/postgres/store.test.ts.
  */
 
 /** Log lines at warn and above, captured for the assertions. */

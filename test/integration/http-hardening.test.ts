@@ -11,7 +11,7 @@ import { within } from '../../src/testkit/poll.js';
 import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
 
 /**
- * HTTP under hostile input and overload (issue #9 items 1, 7 and 8): what a client without
+ * HTTP under hostile input and overload: what a client without
  * a token can cost, the time and connection limits, the per-agent session cap, bad bodies,
  * parameters and resume ids as 4xx, and the Host/Origin check against DNS rebinding.
  * Connection-level behaviour is driven with raw sockets.
@@ -74,7 +74,7 @@ const INIT = {
 };
 const MCP_HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
 
-describe('item 1: no token, no resources', () => {
+describe('resource limits: no token, no resources', () => {
   let ts: TestServer;
   const agents: TestAgent[] = [];
   const streams: AbortController[] = [];
@@ -272,7 +272,7 @@ describe('item 1: no token, no resources', () => {
   });
 });
 
-describe('item 7: bad bodies, parameters and resume ids are 4xx, never 500', () => {
+describe('malformed requests: bad bodies, parameters and resume ids are 4xx, never 500', () => {
   let ts: TestServer;
   afterEach(async () => {
     await ts.close();
@@ -377,7 +377,7 @@ describe('item 7: bad bodies, parameters and resume ids are 4xx, never 500', () 
   });
 });
 
-describe('item 8: a page cannot borrow the server (Host and Origin against DNS rebinding)', () => {
+describe('Host check: a page cannot borrow the server (Host and Origin against DNS rebinding)', () => {
   let server: BeidouServer | null = null;
   let home = '';
   let lines: Array<Record<string, any>> = [];

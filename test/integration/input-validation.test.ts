@@ -4,7 +4,7 @@ import { durableEvents } from '../support/events.js';
 import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
 
 /**
- * Issue #9 item 7, bad input as a tool error (never a JSON-RPC internal error): `arguments`
+ * Bad input as a tool error (never a JSON-RPC internal error): `arguments`
  * that is not an object, a `__proto__` key, the hook's forbidden-tool lookup, and the
  * pattern every id, role and name an agent supplies must match. Real server, real MCP client.
  */

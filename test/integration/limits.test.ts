@@ -13,7 +13,7 @@ import {
 } from '../support/server.js';
 
 /**
- * Issue #9 items 2 and 3 over the real server and real MCP clients: the quotas (agents per
+ * Limits over the real server and real MCP clients: the quotas (agents per
  * task, roles and plan tasks, teams per leader) and the content cap refuse before anything
  * is written; messages the server writes on an agent's behalf count against the recipient's
  * inbox; a repeated signal_review replaces the undelivered report.

@@ -9,7 +9,7 @@ import { createLogger } from '../../src/util/logger.js';
 import { connectAgent, removeHome, tempHome, type TestAgent } from '../support/server.js';
 
 /**
- * Issue #9 item 8: no token, secret or admin token ever reaches a log line, at any level.
+ * No token, secret or admin token ever reaches a log line, at any level.
  */
 
 /** A log destination kept in memory (the server's own logger, pointed here instead of stderr). */
@@ -18,7 +18,7 @@ function memoryLog() {
   return { lines, stream: { write: (line: string) => void lines.push(line) } };
 }
 
-describe('item 8: the logger redacts credentials', () => {
+describe('no secret in the log: the logger redacts credentials', () => {
   it('replaces authorization headers and token, admin token and secret fields wherever they sit', () => {
     const log = memoryLog();
     const logger = createLogger('trace', log.stream);
@@ -42,7 +42,7 @@ describe('item 8: the logger redacts credentials', () => {
   });
 });
 
-describe('item 8: a message text quoting a token', () => {
+describe('no secret in the log: a message text quoting a token', () => {
   it('has the token cut out (an agent printing its own curl line, logged by its spawner)', async () => {
     const log = memoryLog();
     const logger = createLogger('info', log.stream);
@@ -58,7 +58,7 @@ describe('item 8: a message text quoting a token', () => {
   });
 });
 
-describe('item 8: a whole task at trace level leaves no token in the log', () => {
+describe('no secret in the log: a whole task at trace level leaves no token in the log', () => {
   let server: BeidouServer | null = null;
   let home = '';
   const agents: TestAgent[] = [];

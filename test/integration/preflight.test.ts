@@ -12,7 +12,7 @@ import { CLI } from '../support/process.js';
 import { removeHome, startTestServer, type TestServer } from '../support/server.js';
 
 /**
- * Issue #10 item 3: the spawner says what is wrong where the user looks. Real `beidou
+ * Preflight and adapter failures: the spawner says what is wrong where the user looks. Real `beidou
  * spawner` processes (dist/), the real Claude Code binary, a real server.
  */
 

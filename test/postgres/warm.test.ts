@@ -11,7 +11,7 @@ import { freshDatabase, replicaSecrets } from '../support/store.js';
  * follows the active's commits (NOTIFY beidou_events, rows read by `events.pos`), so a
  * takeover reads only what it had not followed. Two in-process servers on one fresh
  * database each; the active hands the lease on by a clean stop (its NOTIFY), so the
- * standby takes over at once. What a SIGKILLed active leaves is in test/pg-replicas.test.ts.
+ * standby takes over at once. What a SIGKILLed active leaves is in test/postgres/replicas.test.ts.
  */
 
 const servers: TestServer[] = [];
