@@ -9,7 +9,7 @@ import { hostGuard } from './http/host-guard.js';
 import { spawnerApi } from './api/spawner.js';
 import type { Authenticator } from './http/auth.js';
 import { ApiError, sendError, toApiError } from './http/errors.js';
-import type { McpSessions } from './mcp/routes.js';
+import type { McpSessions } from './mcp/index.js';
 import type { TasksFeed } from './api/tasks-stream.js';
 
 /**

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SessionEventStore } from '../../src/server/mcp/resumption.js';
+import { StreamResumption } from '../../src/server/mcp/resumption.js';
 import { waitUntil, type AnyEvent } from '../support/events.js';
 import { until } from '../../src/testkit/poll.js';
 import { spawnServer, type ServerProcess } from '../support/process.js';
@@ -296,7 +296,7 @@ describe('the stream event store', () => {
 
   it('is bounded per session by count, bytes and age', async () => {
     let now = 1_000;
-    const store = new SessionEventStore({ maxEvents: 5, maxBytes: 2_000, maxAgeS: 60 }, () => now);
+    const store = new StreamResumption({ maxEvents: 5, maxBytes: 2_000, maxAgeS: 60 }, () => now);
     try {
       for (let i = 0; i < 12; i++) await store.storeEvent('s', message(i));
       expect(store.size.events).toBe(5);
@@ -318,7 +318,7 @@ describe('the stream event store', () => {
   });
 
   it('replays what followed an event of the same stream, and refuses an evicted one', async () => {
-    const store = new SessionEventStore({ maxEvents: 3, maxBytes: 10_000, maxAgeS: 60 }, () => 0);
+    const store = new StreamResumption({ maxEvents: 3, maxBytes: 10_000, maxAgeS: 60 }, () => 0);
     try {
       const first = await store.storeEvent('a', message(1));
       await store.storeEvent('b', message(2));

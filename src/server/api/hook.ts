@@ -7,7 +7,7 @@ import type { Authenticator } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
 import { parseOr400 } from '../http/errors.js';
 import { inboxStream } from './inbox-stream.js';
-import type { McpSessions } from '../mcp/routes.js';
+import type { McpSessions } from '../mcp/index.js';
 import { responseFlushed } from '../mcp/reply-flush.js';
 
 /**

@@ -4,7 +4,7 @@ import { settingName } from '../../config.js';
 import { limitExceeded } from '../../domain/errors.js';
 import { inboxSummary, inboxWatchEnd } from '../../domain/messages.js';
 import type { Services } from '../../runtime/services.js';
-import type { McpSessions } from '../mcp/routes.js';
+import type { McpSessions } from '../mcp/index.js';
 import { fromDomainError } from '../http/errors.js';
 
 /** A comment line this often keeps proxies and NATs from dropping a quiet stream. */

@@ -3,7 +3,7 @@ import type { JSONRPCMessage, RequestId } from '@modelcontextprotocol/sdk/types.
 import { requestConnection, responseId, type Connection, type ReplyTracker } from './reply-flush.js';
 
 /**
- * One Streamable HTTP session's stream events, kept so that a client whose POST stream
+ * One Streamable HTTP session's stream events (the SDK's EventStore), kept so that a client whose POST stream
  * dropped can reconnect (GET /mcp with `Last-Event-ID`) and receive what it missed (MCP
  * 2025-11-25 resumability; the SDK writes the priming event and replays through this).
  * Bounded per session by count, bytes and age (docs/security.md); a stream whose response
@@ -20,7 +20,7 @@ export interface ResumeLimits {
   maxAgeS: number;
 }
 
-interface StoredEvent {
+interface KeptEvent {
   streamId: StreamId;
   message: JSONRPCMessage;
   bytes: number;
@@ -36,13 +36,13 @@ interface Receipt {
 /** The SDK's id for a session's standalone GET stream. */
 const STANDALONE_STREAM = '_GET_stream';
 
-/** Stores whose events may age out; one timer prunes them all. */
-const live = new Set<SessionEventStore>();
+/** Sessions whose events may age out; one timer prunes them all. */
+const live = new Set<StreamResumption>();
 let pruner: NodeJS.Timeout | null = null;
 
-export class SessionEventStore implements EventStore, ReplyTracker {
+export class StreamResumption implements EventStore, ReplyTracker {
   private next = 0;
-  private readonly events = new Map<EventId, StoredEvent>(); // oldest first
+  private readonly events = new Map<EventId, KeptEvent>(); // oldest first
   private bytes = 0;
   /** The connection currently carrying each resumable stream. */
   private readonly carriers = new Map<StreamId, Connection>();
@@ -58,7 +58,7 @@ export class SessionEventStore implements EventStore, ReplyTracker {
     live.add(this);
     if (!pruner) {
       pruner = setInterval(() => {
-        for (const store of live) store.prune();
+        for (const resumption of live) resumption.prune();
       }, Math.max(1000, (limits.maxAgeS * 1000) / 2));
       pruner.unref();
     }
@@ -158,7 +158,7 @@ export class SessionEventStore implements EventStore, ReplyTracker {
     for (const [eventId, event] of this.events) if (event.streamId === streamId) this.drop(eventId, event);
   }
 
-  private drop(eventId: EventId, event: StoredEvent): void {
+  private drop(eventId: EventId, event: KeptEvent): void {
     this.events.delete(eventId);
     this.bytes -= event.bytes;
     const id = responseId(event.message);

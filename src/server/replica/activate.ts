@@ -33,7 +33,7 @@ import { PACKAGE_ROOT } from '../../util/version.js';
 import { AdminStreams } from '../api/admin-streams.js';
 import { buildApp } from '../app.js';
 import { Authenticator } from '../http/auth.js';
-import { McpSessions } from '../mcp/routes.js';
+import { McpSessions } from '../mcp/index.js';
 import { TasksFeed } from '../api/tasks-stream.js';
 import { openStore, type Store } from '../../store/index.js';
 
