@@ -1,13 +1,11 @@
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { ConfigError, homePaths, loadConfig, type Config } from '../config.js';
 import { DatabaseInUseError, DatabaseUnreachableError } from '../store/postgres/connect.js';
 import { MigrationError, SchemaTooNewError } from '../store/postgres/schema.js';
-import { JsonlEventLog } from '../store/embedded/jsonl-log.js';
+import type { HomeLock } from '../store/embedded/home-lock.js';
 import type { ArchivedTask, ArchiveIndex } from '../registry/archive.js';
-import { SqliteArchiveIndex } from '../store/embedded/archive-index.js';
-import { SqliteRollups } from '../store/embedded/rollups.js';
 import { Registry } from '../registry/registry.js';
-import { openStore } from '../store/index.js';
+import { openStore, type Store } from '../store/index.js';
 import { systemClock } from '../util/clock.js';
 import { CliError } from './client.js';
 import { lockOrRefuse } from './doctor.js';
@@ -26,36 +24,26 @@ export async function statsRebuild(opts: { home?: string; databaseUrl?: string }
     if (err instanceof ConfigError) throw new CliError(err.message, 2);
     throw err;
   }
-  if (config.databaseUrl) return rebuildDatabase(config);
-  const archiveAfterS = config.archiveAfterS;
   const paths = homePaths(config.home);
-  if (!existsSync(paths.events)) throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
-  const lock = lockOrRefuse(config.home, paths, 'rebuilding the rollups');
+  // The embedded store is the home: it needs its event logs, and the home to itself. The
+  // database's writer lock is taken by the replay instead.
+  let lock: HomeLock | null = null;
+  if (!config.databaseUrl) {
+    if (!existsSync(paths.events)) throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
+    lock = lockOrRefuse(config.home, paths, 'rebuilding the rollups');
+  }
   try {
-    await rebuild(paths, archiveAfterS);
+    await rebuild(config, paths);
   } finally {
-    lock.release();
+    lock?.release();
   }
 }
 
-async function rebuild(paths: ReturnType<typeof homePaths>, archiveAfterS: number): Promise<void> {
-  const registry = new Registry(new JsonlEventLog(paths.events, systemClock));
-  const { quarantined } = await registry.open();
-  for (const suffix of ['', '-wal', '-shm']) rmSync(paths.statsDb + suffix, { force: true });
-  const rollups = new SqliteRollups(paths.statsDb, registry.state);
-  await rollups.rebuild();
-  await rollups.close();
-  const held = counts(registry);
-  const archived = await rebuildIndex(registry, new SqliteArchiveIndex(paths.statsDb), archiveAfterS);
-  await registry.log.close();
-  report(paths.statsDb, held, quarantined, archived);
-}
-
-/** The same from the database's events, replacing every rollup row in one transaction. */
-async function rebuildDatabase(config: Config): Promise<void> {
-  let store;
+/** Replays the store's events, then replaces every rollup row (in one transaction on PostgreSQL) and the archive index. */
+async function rebuild(config: Config, paths: ReturnType<typeof homePaths>): Promise<void> {
+  let store: Store;
   try {
-    store = await openStore(config, homePaths(config.home), systemClock);
+    store = await openStore(config, paths, systemClock);
   } catch (err) {
     if (err instanceof DatabaseUnreachableError || err instanceof SchemaTooNewError || err instanceof MigrationError) throw new CliError(err.message, 2);
     throw err;
@@ -72,6 +60,7 @@ async function rebuildDatabase(config: Config): Promise<void> {
       throw err;
     }
     try {
+      await store.discardDerived();
       const rollups = store.rollups(registry.state);
       await rollups.rebuild({ replace: true });
       await rollups.close();
@@ -80,7 +69,7 @@ async function rebuildDatabase(config: Config): Promise<void> {
     } finally {
       await registry.log.close();
     }
-    report(`the rollup tables of ${store.where}`, held, quarantined, archived);
+    report(store.kind === 'postgres' ? `the rollup tables of ${store.where}` : paths.statsDb, held, quarantined, archived);
   } finally {
     await store.close();
   }

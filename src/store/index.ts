@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import type { Config, homePaths } from '../config.js';
 import { JsonlEventLog } from './embedded/jsonl-log.js';
 import type { EventLog } from '../events/event-log.js';
@@ -28,6 +29,13 @@ export interface Store {
   archive(): ArchiveIndex;
   /** The rollups over a registry's state, once it is replayed. */
   rollups(state: RegistryState, onError?: (err: unknown) => void): RollupStore;
+  /**
+   * Throws the derived data (rollups, archive index) away before `beidou stats rebuild`
+   * writes it again from the log: the embedded store deletes `stats.db` with its `-wal` and
+   * `-shm` (so even a corrupt one is rebuilt); PostgreSQL keeps its tables, whose rows the
+   * rebuild replaces in one transaction (readers see the old rows until it commits).
+   */
+  discardDerived(): Promise<void>;
   /** What the schema migrations did at open (PostgreSQL only). */
   migrations: MigrationReport | null;
   /** Closes what the store opened besides the log and the rollups (which are closed first). */
@@ -45,13 +53,17 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
       plans: new FilePlanStore(paths.plans),
       archive: () => new SqliteArchiveIndex(paths.statsDb),
       rollups: (state, onError) => new SqliteRollups(paths.statsDb, state, onError),
+      discardDerived: async () => {
+        for (const suffix of ['', '-wal', '-shm']) rmSync(paths.statsDb + suffix, { force: true });
+      },
       migrations: null,
       close: async () => undefined,
     };
   }
   // Loaded only with a database URL: the embedded store never needs the PostgreSQL modules.
   const { openPgStore } = await import('./postgres/index.js');
-  return openPgStore(url, clock, lease);
+  // Nothing to discard up front: the rebuild's `replace` empties the tables in its transaction.
+  return { ...(await openPgStore(url, clock, lease)), discardDerived: async () => undefined };
 }
 
 // What the replica's role needs of the PostgreSQL store besides the interfaces above: the

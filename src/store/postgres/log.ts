@@ -14,7 +14,7 @@ import {
   type ReplayReport,
 } from '../../events/event-log.js';
 import { GroupCommit } from '../group-commit.js';
-import { eventLine, serialiseDrafts } from '../embedded/log-file.js';
+import { eventLine, serialiseDrafts } from '../codec.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl, LOG_APPLICATION } from './connect.js';
 
 interface TaskLog {

@@ -1,0 +1,48 @@
+import { fstatSync, openSync } from 'node:fs';
+import path from 'node:path';
+import type { StoredEvent } from '../../events/catalogue.js';
+
+/**
+ * What the JSONL log holds per task file, `events/{task_id}.jsonl`: its open fd, where each
+ * line starts, what of it is durable and what waits for the next group commit. Filled by the
+ * replay at start (replay.ts), then by the log's appends (jsonl-log.ts).
+ */
+export interface TaskFile {
+  taskId: string;
+  fd: number;
+  /** Byte offset where each seq's line starts: offsets[seq - 1]. */
+  offsets: number[];
+  /** Byte length once every appended line is written. */
+  end: number;
+  /** Byte length and seq that are on disk and synced. */
+  durableEnd: number;
+  durableSeq: number;
+  /** Lines and events queued for the next group commit. */
+  pendingLines: string[];
+  pendingEvents: StoredEvent[];
+  /** Failed verification at start: read-only until `beidou doctor --repair`. */
+  quarantined: boolean;
+}
+
+export const emptyFile = (taskId: string, fd: number, size: number): TaskFile => ({
+  taskId,
+  fd,
+  offsets: [],
+  end: size,
+  durableEnd: size,
+  durableSeq: 0,
+  pendingLines: [],
+  pendingEvents: [],
+  quarantined: false,
+});
+
+/** The task's file of `files`, opened for appending (and created) in `dir` if it is not yet. */
+export function openTaskFile(files: Map<string, TaskFile>, dir: string, taskId: string): TaskFile {
+  let file = files.get(taskId);
+  if (file) return file;
+  const fd = openSync(path.join(dir, `${taskId}.jsonl`), 'a+');
+  const size = fstatSync(fd).size;
+  file = emptyFile(taskId, fd, size);
+  files.set(taskId, file);
+  return file;
+}
