@@ -8,6 +8,7 @@ import type { BeidouServer } from '../server/server.js';
 import { CLAUDE, claudeEnv, sessionStatus, settleClaudeHome, startTmuxClaude, type TmuxClaude } from '../testkit/claude-tmux.js';
 import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic } from '../testkit/fake-anthropic.js';
 import { until } from '../testkit/poll.js';
+import { pidAlive } from '../util/process.js';
 
 /**
  * Bench section 6: how long a message takes to wake an idle Claude Code session that
@@ -49,15 +50,6 @@ export function wakeUnavailable(): string | null {
     return 'tmux not found on PATH';
   }
   return null;
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** The pid of the live relay or rewake waiter the wake state (`<home>/wake/session-*.json`) names for this way, or undefined. */

@@ -4,7 +4,8 @@ import { createLogger, resolveLogFormat } from '../util/logger.js';
 import { commandAdapter } from '../spawner/adapters/command.js';
 import type { Adapter } from '../spawner/adapter.js';
 import { Spawner } from '../spawner/spawner.js';
-import { newInstanceId, Spool, SpoolBusy } from '../spawner/spool.js';
+import { Spool } from '../spawner/spool.js';
+import { newInstanceId, savedToken, saveToken, SpoolBusy } from '../spawner/spool-folder.js';
 import { api, CliError } from './client.js';
 
 export interface SpawnerCliOptions {
@@ -94,10 +95,10 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   }
   // Without --token, a spawner on the server's own machine mints one with the admin token,
   // and keeps it in its spool dir: its identity (and the agents it runs) survive a restart.
-  let token = opts.token ?? process.env.BEIDOU_SPAWNER_TOKEN ?? usableToken(spool.savedToken());
+  let token = opts.token ?? process.env.BEIDOU_SPAWNER_TOKEN ?? usableToken(savedToken(spoolDir));
   if (!token) {
     token = (await api<{ token: string }>({ server: serverUrl, ...(opts.home ? { home: opts.home } : {}) }, 'POST', '/spawner-tokens', {})).token;
-    spool.saveToken(token);
+    saveToken(spoolDir, token);
   }
   const instance = new Spawner({
     serverUrl,

@@ -6,7 +6,7 @@ import { USER, type AgentRecord, type RegistryState } from '../registry/state.js
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
 import { assertAgentsPerTask, assertContentSize, assertPlanTasks, assertTeamsPerLeader } from './limits.js';
-import { assemblePrompt, firstMessage } from './prompt.js';
+import { launchTexts, type LaunchTexts } from './prompt.js';
 
 /**
  * Agents, teams and tasks: registering agents (with their launch request), creating teams
@@ -61,45 +61,6 @@ export interface AgentSpec {
 
 export function teamWorkspace(projectWorkspace: string, teamId: string): string {
   return path.join(projectWorkspace, 'teams', teamId);
-}
-
-/** What an agent is launched with: the assembled system prompt and its first user turn. */
-export interface LaunchTexts {
-  prompt: string;
-  first_message: string;
-}
-
-/** Who the launch prompt tells an agent it is, and the task it is handed. */
-export interface LaunchSubject {
-  agentId: string;
-  name: string;
-  role: string | null;
-  description: string;
-  teamName: string | null;
-  leaderId: string;
-  leaderName: string;
-  workspacePath: string;
-  projectWorkspace: string;
-  planTaskId: string | null;
-  task: string;
-}
-
-/** The one builder of launch texts: the launch record a spawner gets, and the prompt an agent that connects on its own gets. */
-export function launchTexts(skill: { body: string }, s: LaunchSubject): LaunchTexts {
-  const prompt = assemblePrompt(skill, {
-    agent_id: s.agentId,
-    name: s.name,
-    role: s.role ?? 'root',
-    role_description: s.description,
-    team_name: s.teamName ?? '(none: you are the root and lead the task)',
-    leader: s.leaderId === USER ? 'the user (through the user gateway)' : `${s.leaderName} (${s.leaderId})`,
-    workspace_path: s.workspacePath,
-    project_workspace_path: s.projectWorkspace,
-  });
-  const assignment = s.planTaskId
-    ? { plan_task_id: s.planTaskId, artifacts_path: path.join(s.projectWorkspace, 'artifacts', s.planTaskId) }
-    : undefined;
-  return { prompt, first_message: firstMessage(s.task, assignment) };
 }
 
 /**

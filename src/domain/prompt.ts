@@ -1,8 +1,12 @@
+import path from 'node:path';
+import { USER } from '../registry/state.js';
+
 /**
  * Launch prompt assembly, in a fixed order so the prefix is stable across agents of one
  * skill (prompt caching): the skill body with its placeholders substituted, the identity
- * block, the persistent-agent contract, the completion-handoff contract. docs/tools.md and
- * the bundled skills describe what an agent is told.
+ * block, the persistent-agent contract, the completion-handoff contract; and the launch
+ * texts built from them (the prompt and the first message an agent is launched with).
+ * docs/tools.md and the bundled skills describe what an agent is told.
  */
 
 export interface PromptVars {
@@ -62,4 +66,43 @@ export function firstMessage(task: string, assignment?: { plan_task_id: string; 
     '',
     task,
   ].join('\n');
+}
+
+/** What an agent is launched with: the assembled system prompt and its first user turn. */
+export interface LaunchTexts {
+  prompt: string;
+  first_message: string;
+}
+
+/** Who the launch prompt tells an agent it is, and the task it is handed. */
+export interface LaunchSubject {
+  agentId: string;
+  name: string;
+  role: string | null;
+  description: string;
+  teamName: string | null;
+  leaderId: string;
+  leaderName: string;
+  workspacePath: string;
+  projectWorkspace: string;
+  planTaskId: string | null;
+  task: string;
+}
+
+/** The one builder of launch texts: the launch record a spawner gets, and the prompt an agent that connects on its own gets. */
+export function launchTexts(skill: { body: string }, s: LaunchSubject): LaunchTexts {
+  const prompt = assemblePrompt(skill, {
+    agent_id: s.agentId,
+    name: s.name,
+    role: s.role ?? 'root',
+    role_description: s.description,
+    team_name: s.teamName ?? '(none: you are the root and lead the task)',
+    leader: s.leaderId === USER ? 'the user (through the user gateway)' : `${s.leaderName} (${s.leaderId})`,
+    workspace_path: s.workspacePath,
+    project_workspace_path: s.projectWorkspace,
+  });
+  const assignment = s.planTaskId
+    ? { plan_task_id: s.planTaskId, artifacts_path: path.join(s.projectWorkspace, 'artifacts', s.planTaskId) }
+    : undefined;
+  return { prompt, first_message: firstMessage(s.task, assignment) };
 }

@@ -5,6 +5,7 @@ import { createParser } from 'eventsource-parser';
 import type { Logger } from 'pino';
 import { INSTANCE_HEADER, SPAWNER_API, SPOOL_SEQ_HEADER, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
+import { Reachability } from './reachability.js';
 import { reaped, Reaper } from './reaper.js';
 import { Backoff, SILENT_BEATS, StreamSilent, describeStreamFailure, retryAfterMs, seconds, StreamRefused } from './reconnect.js';
 import type { SendOutcome, Spool } from './spool.js';
@@ -12,8 +13,6 @@ import { Supervisor, type SupervisorHost } from './supervisor.js';
 
 /** Drained events that only observe (the spool may drop them when full); the rest always stays. */
 const OBSERVING = new Set(['turn.usage', 'assistant_text', 'tool_called', 'tool_result', 'run.cost']);
-/** An exit this soon after the server came back still counts as caused by the outage. */
-const OUTAGE_GRACE_MS = 10_000;
 
 export interface SpawnerOptions {
   serverUrl: string;
@@ -49,11 +48,8 @@ export class Spawner implements SupervisorHost {
   private commands: Promise<void> = Promise.resolve();
   /** This spawner's instance id (kept in its spool dir): with the token's subject, the spawner's identity. */
   readonly instance: string;
-  /** Whether the server answers (the command stream is up); `outages` counts the times it stopped. */
-  private reachable = false;
-  private reachableAt = 0;
-  outages = 0;
-  private reachableWaiters: Array<() => void> = [];
+  /** Whether the server answers (the command stream is up), and the times it stopped. */
+  private readonly reachability: Reachability;
   /** Resolves each time the server's hello arrives (tests and the demo wait on it). */
   onHello: (() => void) | null = null;
 
@@ -64,6 +60,7 @@ export class Spawner implements SupervisorHost {
   constructor(readonly opts: SpawnerOptions) {
     this.instance = opts.spool.instance;
     this.reapedAdapter = reaped(opts.adapter, this.reaper);
+    this.reachability = new Reachability(opts.serverUrl, opts.logger, () => opts.spool.nudge());
   }
 
   get log(): Logger {
@@ -102,7 +99,7 @@ export class Spawner implements SupervisorHost {
         why = describeStreamFailure(this.opts.serverUrl, err);
         if (err instanceof StreamRefused) retryAfter = err.retryAfterMs;
       }
-      this.markUnreachable();
+      this.reachability.markUnreachable();
       if (this.stopping.signal.aborted) break;
       const wait = backoff.next(retryAfter);
       this.log.warn({ server: this.opts.serverUrl, retry_in_ms: wait }, `${why}; retrying in ${seconds(wait)} s`);
@@ -183,7 +180,7 @@ export class Spawner implements SupervisorHost {
           }
         }
         this.startHeartbeat();
-        this.markReachable();
+        this.reachability.markReachable();
         this.onHello?.();
         return;
       }
@@ -227,7 +224,7 @@ export class Spawner implements SupervisorHost {
     // While the stream is down its retry lines say why; a failed beat then is no news.
     const beat = () =>
       void this.post('/heartbeat', { agents: [...this.agents.values()].map((sup) => sup.running()) }).catch((err: unknown) =>
-        (this.reachable ? this.log.warn : this.log.debug).call(this.log, { err: (err as Error).message }, 'heartbeat failed'),
+        (this.reachability.up ? this.log.warn : this.log.debug).call(this.log, { err: (err as Error).message }, 'heartbeat failed'),
       );
     beat();
     this.heartbeat = setInterval(beat, this.heartbeatS * 1000);
@@ -261,7 +258,7 @@ export class Spawner implements SupervisorHost {
         signal: AbortSignal.any([this.stopping.signal, AbortSignal.timeout(30_000)]),
       });
     } catch {
-      if (!this.stopping.signal.aborted) this.markUnreachable();
+      if (!this.stopping.signal.aborted) this.reachability.markUnreachable();
       return 'retry';
     }
     const text = await res.text().catch(() => '');
@@ -275,46 +272,17 @@ export class Spawner implements SupervisorHost {
     return 'refused';
   }
 
-  private markReachable(): void {
-    if (this.reachable) return;
-    this.reachable = true;
-    this.reachableAt = Date.now();
-    for (const wake of this.reachableWaiters.splice(0)) wake();
-    this.opts.spool.nudge();
+  /** What the supervisors ask of the server's reachability (reachability.ts). */
+  get outages(): number {
+    return this.reachability.outages;
   }
 
-  private markUnreachable(): void {
-    if (!this.reachable) return;
-    this.reachable = false;
-    this.outages++;
-    this.log.warn({ server: this.opts.serverUrl }, 'the server is unreachable; agents keep running and their reports wait in the spool');
-  }
-
-  /** Resolves once the server answers again (at once if it does now). */
   whenReachable(): Promise<void> {
-    if (this.reachable) return Promise.resolve();
-    return new Promise((resolve) => this.reachableWaiters.push(resolve));
+    return this.reachability.whenReachable();
   }
 
-  /**
-   * Whether an agent process that started when `outagesAtStart` outages had happened died
-   * of the server's absence: the server is unreachable now (asked afresh), or it went away
-   * during the process's life and came back only moments ago.
-   */
-  async exitDuringOutage(outagesAtStart: number): Promise<boolean> {
-    if (this.reachable && !(await this.probe())) this.markUnreachable();
-    if (!this.reachable) return true;
-    return this.outages > outagesAtStart && Date.now() - this.reachableAt < OUTAGE_GRACE_MS;
-  }
-
-  private async probe(): Promise<boolean> {
-    try {
-      const res = await fetch(`${this.opts.serverUrl}/api/health`, { signal: AbortSignal.timeout(2_000) });
-      await res.body?.cancel();
-      return res.status < 500;
-    } catch {
-      return false;
-    }
+  exitDuringOutage(outagesAtStart: number): Promise<boolean> {
+    return this.reachability.exitDuringOutage(outagesAtStart);
   }
 
   /** Milliseconds before the restart after the `strike`-th crash in a row: the backoff step plus up to a quarter of jitter. */
@@ -348,6 +316,6 @@ export class Spawner implements SupervisorHost {
     for (const sup of this.agents.values()) sup.abandon();
     this.agents.clear();
     this.reaper.stop();
-    for (const wake of this.reachableWaiters.splice(0)) wake();
+    this.reachability.release();
   }
 }

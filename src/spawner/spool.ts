@@ -1,8 +1,7 @@
-import { randomUUID } from 'node:crypto';
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { open, rename, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { writeFileAtomic } from '../util/durable-file.js';
+import { lockSpoolDir, readSpoolIdentity, unlockSpoolDir, writeSpoolIdentity } from './spool-folder.js';
 
 /**
  * The spawner's spool (docs/spawner-protocol.md, "The spool"): every post that reports
@@ -11,9 +10,8 @@ import { writeFileAtomic } from '../util/durable-file.js';
  * it committed per spawner (`spawner.spooled`), so a replay after a crash or an outage is
  * acknowledged and ignored. Entries leave the file once the server acknowledged them.
  *
- * Files in the spool dir: `spawner.json` (the instance id and the sequences reserved so
- * far), `spool.jsonl` (one entry a line), `lock.pid` (the spawner using the dir), `token`
- * (a spawner token it minted itself, 0600).
+ * The file is `spool.jsonl` (one entry a line) in the spool dir; the dir's other files (its
+ * lock, the instance id and sequences reserved, the token) are spool-folder.ts's.
  */
 
 export interface SpoolEntry {
@@ -29,8 +27,6 @@ interface Queued extends SpoolEntry {
 
 /** What one send of the head of the spool came to. */
 export type SendOutcome = 'ok' | 'refused' | 'retry';
-
-export class SpoolBusy extends Error {}
 
 /** Sequences are reserved in blocks: a restart starts past anything the last process may have used. */
 const SEQ_BLOCK = 100_000;
@@ -72,10 +68,8 @@ export class Spool {
   /** Opens (or creates) the spool in `dir`; refuses one another live spawner uses. */
   static async open(dir: string, opts: { maxBytes: number; newInstance: () => string; warn?: (msg: string, fields: Record<string, unknown>) => void }): Promise<Spool> {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    lockDir(dir);
-    const identityFile = path.join(dir, 'spawner.json');
-    let identity: { instance: string; seq_reserved: number } | null = null;
-    if (existsSync(identityFile)) identity = JSON.parse(readFileSync(identityFile, 'utf8')) as { instance: string; seq_reserved: number };
+    lockSpoolDir(dir);
+    const identity = readSpoolIdentity(dir);
     const spool = new Spool(dir, identity?.instance ?? opts.newInstance(), opts.maxBytes, opts.warn ?? (() => undefined));
     const { entries, goodBytes, fileBytes } = readSpoolFile(spool.file);
     if (goodBytes < fileBytes) {
@@ -95,7 +89,7 @@ export class Spool {
 
   private reserve(): void {
     this.reservedUpTo = this.nextSeq + SEQ_BLOCK;
-    writeFileAtomic(path.join(this.dir, 'spawner.json'), JSON.stringify({ instance: this.instance, seq_reserved: this.reservedUpTo }) + '\n');
+    writeSpoolIdentity(this.dir, { instance: this.instance, seq_reserved: this.reservedUpTo });
   }
 
   /** Entries waiting for the server's acknowledgement. */
@@ -266,23 +260,7 @@ export class Spool {
     await this.serially(() => this.flush());
     await this.fh?.close();
     this.fh = null;
-    rmSync(path.join(this.dir, 'lock.pid'), { force: true });
-  }
-
-  /** A spawner token this spawner minted itself, kept so its identity survives a restart. */
-  savedToken(): string | null {
-    const file = path.join(this.dir, 'token');
-    return existsSync(file) ? readFileSync(file, 'utf8').trim() || null : null;
-  }
-
-  saveToken(token: string): void {
-    const file = path.join(this.dir, 'token');
-    const fd = openSync(file, 'w', 0o600);
-    try {
-      writeSync(fd, `${token}\n`);
-    } finally {
-      closeSync(fd);
-    }
+    unlockSpoolDir(this.dir);
   }
 }
 
@@ -311,39 +289,4 @@ export function readSpoolFile(file: string): { entries: Queued[]; goodBytes: num
     at = nl + 1;
   }
   return { entries, goodBytes: at, fileBytes: buf.length };
-}
-
-/** One spawner per spool dir: a second would number the same sequences twice. */
-function lockDir(dir: string): void {
-  const file = path.join(dir, 'lock.pid');
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      const fd = openSync(file, 'wx', 0o600);
-      writeSync(fd, `${process.pid}\n`);
-      closeSync(fd);
-      return;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    }
-    const pid = Number.parseInt(readFileSync(file, 'utf8'), 10);
-    if (Number.isInteger(pid) && pid !== process.pid && alive(pid)) {
-      throw new SpoolBusy(`the spool dir ${dir} is in use by spawner pid ${pid}; give this spawner its own --spool-dir`);
-    }
-    rmSync(file, { force: true }); // left by a process that died
-  }
-  throw new SpoolBusy(`could not lock the spool dir ${dir}`);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** A fresh instance id: the host name and a random tail (kept in the spool dir from then on). */
-export function newInstanceId(hostname: string): string {
-  return `${hostname.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 60)}-${randomUUID().slice(0, 8)}`;
 }

@@ -6,6 +6,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { startGuarded } from './guard.js';
 import { until } from './poll.js';
+import { pidAlive } from '../util/process.js';
 import { freePort } from './ports.js';
 
 /**
@@ -82,15 +83,6 @@ function asUser(user: string | null, command: string, args: string[]): [string, 
   return user ? ['runuser', ['-u', user, '--', command, ...args]] : [command, args];
 }
 
-const isAlive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
-
 /**
  * Clusters of earlier runs whose owner is gone (the guard could not stop them: it was
  * killed too): their postmaster is stopped and their folder removed.
@@ -105,10 +97,10 @@ export function sweepStaleClusters(tmp = os.tmpdir()): void {
     } catch {
       continue; // not ours, or still being set up
     }
-    if (Number.isInteger(owner) && isAlive(owner)) continue;
+    if (Number.isInteger(owner) && pidAlive(owner)) continue;
     try {
       const postmaster = Number.parseInt(readFileSync(path.join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]!, 10);
-      if (Number.isInteger(postmaster) && isAlive(postmaster)) process.kill(postmaster, 'SIGQUIT'); // immediate shutdown
+      if (Number.isInteger(postmaster) && pidAlive(postmaster)) process.kill(postmaster, 'SIGQUIT'); // immediate shutdown
     } catch {
       // no postmaster left
     }

@@ -19,6 +19,7 @@ import {
   type MessagesBody,
 } from '../../src/testkit/fake-anthropic.js';
 import { CLAUDE, claudeEnv } from '../../src/testkit/claude-tmux.js';
+import { pidAlive } from '../../src/util/process.js';
 import { CLI } from '../support/process.js';
 import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
 
@@ -116,15 +117,6 @@ function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.Proce
 }
 
 const userLine = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } }) + '\n';
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describe('Claude Code (the real binary) against Beidou', () => {
   let ts: TestServer | undefined;
@@ -304,14 +296,14 @@ describe('Claude Code (the real binary) against Beidou', () => {
     // Terminating the task ends the Claude Code process, and the spawner reports it.
     const pid = spawnerLog(spawner).find((l) => l.msg === 'agent started' && l.agent === rootId)?.pid as number;
     expect(pid).toEqual(expect.any(Number));
-    expect(alive(pid)).toBe(true);
+    expect(pidAlive(pid)).toBe(true);
     expect((await ts.api('POST', `/tasks/${taskId}/terminate`, {})).status).toBe(200);
     const consumed = await waitForEvent(ts, taskId, (e) => e.event === 'terminate.consumed' && e.agent_id === rootId, {
       timeoutMs: STEP_MS,
       what: 'terminate.consumed',
     });
     expect(consumed.via).toBe('spawner');
-    expect(alive(pid)).toBe(false);
+    expect(pidAlive(pid)).toBe(false);
     const after = (await ts.api('GET', `/tasks/${taskId}/events?since=0&limit=10000`)).body.events as AnyEvent[];
     expect(eventsNamed(after, 'agent_completed', (e) => e.agent_id === rootId)).toEqual([expect.objectContaining({ terminated: true })]);
     expect(eventsNamed(after, 'terminate.forced')).toEqual([]);

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { pidAlive } from '../../src/cli/wake/claude-sessions.js';
+import { pidAlive } from '../../src/util/process.js';
 import { lastUserText } from '../../src/testkit/fake-anthropic.js';
 import { until } from '../../src/testkit/poll.js';
 import { spawnServer, type ServerProcess } from '../support/process.js';

@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { pidAlive } from '../../src/cli/wake/claude-sessions.js';
+import { pidAlive } from '../../src/util/process.js';
 import { CLAUDE } from '../../src/testkit/claude-tmux.js';
 import type { TmuxClaude } from '../../src/testkit/claude-tmux.js';
 import { eventsNamed, waitForEvent, type AnyEvent } from '../support/events.js';

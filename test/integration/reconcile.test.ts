@@ -5,7 +5,8 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { handSpawner } from '../support/spawner-stream.js';
 import { durableEvents, eventsNamed, waitForEvent, waitUntil } from '../support/events.js';
 import { until } from '../../src/testkit/poll.js';
-import { processAlive, spawnSpawner, type SpawnerProcess } from '../support/process.js';
+import { pidAlive } from '../../src/util/process.js';
+import { spawnSpawner, type SpawnerProcess } from '../support/process.js';
 import { connectAgent, FakeClock, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
 
 /**
@@ -161,10 +162,10 @@ describe('reconciliation, real spawners', () => {
     await waitForEvent(ts!, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'ready', { what: 'the agent ready' });
     const pid = await reportedPid(task.root_agent_id);
     orphans.push(pid);
-    expect(processAlive(pid)).toBe(true);
+    expect(pidAlive(pid)).toBe(true);
     spawner.child.kill('SIGKILL');
     await spawner.exited;
-    await until('the agent process gone', () => (processAlive(pid) ? undefined : true), 10_000);
+    await until('the agent process gone', () => (pidAlive(pid) ? undefined : true), 10_000);
   });
 
   it("a second spawner continues the first one's crash strikes", async () => {
@@ -214,7 +215,7 @@ describe('reconciliation, real spawners', () => {
         if (!agent.running) return true;
         const view = (await ts!.api('GET', '/spawners')).body.spawners as Array<{ agents: Array<{ agent_id: string; pid: number | null }> }>;
         const reported = view.flatMap((s) => s.agents).find((a) => a.agent_id === task.root_agent_id)?.pid;
-        return reported && processAlive(reported) ? true : undefined;
+        return reported && pidAlive(reported) ? true : undefined;
       },
       3_000 + 500,
     );

@@ -80,13 +80,3 @@ export function processApi(home: string, current: () => { url: string }) {
     return res.json();
   };
 }
-
-/** Whether a process of the test's own still runs (signal 0 asks without sending). */
-export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}

@@ -3,11 +3,12 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpath
 import os from 'node:os';
 import path from 'node:path';
 import { expect } from 'vitest';
-import { liveSessions, pidAlive, type ClaudeSession } from '../../src/cli/wake/claude-sessions.js';
+import { liveSessions, type ClaudeSession } from '../../src/cli/wake/claude-sessions.js';
 import { WakeState, type SessionWake } from '../../src/cli/wake/wake-state.js';
 import { CLAUDE, claudeEnv, settleClaudeHome, startTmuxClaude, type TmuxClaude } from '../../src/testkit/claude-tmux.js';
 import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic, type RecordedRequest } from '../../src/testkit/fake-anthropic.js';
 import { until } from '../../src/testkit/poll.js';
+import { pidAlive } from '../../src/util/process.js';
 import { CLI } from './process.js';
 
 /**

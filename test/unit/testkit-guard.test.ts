@@ -6,6 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { startGuarded } from '../../src/testkit/guard.js';
 import { buildCli } from '../support/cli.js';
 import { until, within } from '../../src/testkit/poll.js';
+import { pidAlive } from '../../src/util/process.js';
 
 /**
  * The testkit's guard shell (src/testkit/guard.ts), which PostgreSQL, HAProxy and the
@@ -24,11 +25,7 @@ const handling = (signal: string) =>
   [process.execPath, ['-e', `process.on('${signal}', () => { console.log('got ${signal}'); process.exit(0); }); console.log('ready'); setInterval(() => {}, 1000);`]] as const;
 
 const gone = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
-  }
+  if (!pidAlive(pid)) return true;
   // A zombie still answers signal 0: it is gone once nobody will wait on it.
   try {
     return /^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));

@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { pidAlive } from '../../util/process.js';
 
 /**
  * What a running Claude Code session says about itself in `~/.claude/sessions/<pid>.json`
@@ -53,15 +54,6 @@ export function readSession(file: string): ClaudeSession | null {
     return parseSession(readFileSync(file, 'utf8'));
   } catch {
     return null;
-  }
-}
-
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { findSession, pidAlive } from './claude-sessions.js';
+import { pidAlive } from '../../util/process.js';
+import { findSession } from './claude-sessions.js';
 import { awaitingMcp, permissionClass, ring, startupPermissionMode } from './doorbell.js';
 import { pause, watchInbox, type InboxState, type WatchEnd } from './inbox-watch.js';
 import { WakeState } from './wake-state.js';

@@ -1,4 +1,5 @@
-import { findSession, pidAlive } from './claude-sessions.js';
+import { pidAlive } from '../../util/process.js';
+import { findSession } from './claude-sessions.js';
 import { awaitingMcp, doorbellText } from './doorbell.js';
 import { pause, watchInbox, type InboxState } from './inbox-watch.js';
 import { readToken } from './relay.js';

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { pidAlive } from './claude-sessions.js';
+import { pidAlive } from '../../util/process.js';
 
 /**
  * What the relays and rewake hooks of one Beidou home leave for each other and for

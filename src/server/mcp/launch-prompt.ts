@@ -1,6 +1,7 @@
 import { ErrorCode, McpError, type GetPromptResult, type Prompt } from '@modelcontextprotocol/sdk/types.js';
-import { launchOf, type LaunchTexts } from '../../domain/agents.js';
+import { launchOf } from '../../domain/agents.js';
 import { DomainError } from '../../domain/errors.js';
+import type { LaunchTexts } from '../../domain/prompt.js';
 import { USER, type AgentRecord } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';
 
