@@ -6,7 +6,7 @@ import { ConfigError, homePaths, prepareHome, type Config } from '../config.js';
 import { acquireHomeLock, type HomeLock } from '../store/embedded/home-lock.js';
 import { isFollowingLog } from '../events/event-log.js';
 import { connectClient, DatabaseInUseError, describeDatabaseUrl } from '../store/postgres/connect.js';
-import type { LeaseLost } from '../store/postgres/log.js';
+import type { LeaseLost } from '../store/postgres/lease.js';
 import { newAdminToken, newSigningSecret, readOrCreateSecretFile, writeSecretFile } from '../identity/secrets.js';
 import type { RollupStore } from '../registry/rollups.js';
 import type { Archiver } from '../runtime/archiver.js';

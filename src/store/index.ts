@@ -1,7 +1,7 @@
 import type { Config, homePaths } from '../config.js';
 import { JsonlEventLog } from './embedded/jsonl-log.js';
 import type { EventLog } from '../events/event-log.js';
-import type { LeaseOptions } from './postgres/log.js';
+import type { LeaseOptions } from './postgres/lease.js';
 import type { MigrationReport } from './postgres/schema.js';
 import type { ArchiveIndex } from '../registry/archive.js';
 import { SqliteArchiveIndex } from './embedded/archive-index.js';

@@ -9,9 +9,9 @@ import path from 'node:path';
 import express from 'express';
 import { homePaths, type Config } from '../../config.js';
 import type { DomainContext } from '../../domain/context.js';
-import type { ReplayReport } from '../../events/event-log.js';
+import type { PreviousWriter, ReplayReport } from '../../events/event-log.js';
 import { DatabaseInUseError } from '../../store/postgres/connect.js';
-import type { LeaseLost, PgEventLog } from '../../store/postgres/log.js';
+import type { LeaseLost } from '../../store/postgres/lease.js';
 import { TokenService } from '../../identity/tokens.js';
 import type { ArchiveIndex } from '../../registry/archive.js';
 import { Registry } from '../../registry/registry.js';
@@ -72,7 +72,7 @@ export interface Core {
   mcp: McpSessions;
   adminStreams: AdminStreams;
   epoch: number | null;
-  previous: PgEventLog['previous'];
+  previous: PreviousWriter | null;
   /** Ends the long-lived parts: timers, blocked calls, sessions and their streams. */
   quiesce(drain: boolean): Promise<void>;
   /** Closes the log, the rollups (written, or dropped when stepping down) and the store. */
@@ -245,8 +245,6 @@ export async function activate(
   archiver.start();
   services.spawners.start();
   mcp.startExpiry();
-  // By the store's kind, not instanceof: the embedded store does not load the PostgreSQL log's module.
-  const pgLog = store.kind === 'postgres' ? (log as PgEventLog) : null;
 
   return {
     app,
@@ -261,8 +259,8 @@ export async function activate(
     },
     mcp,
     adminStreams,
-    epoch: pgLog?.writerEpoch ?? null,
-    previous: pgLog?.previous ?? null,
+    epoch: log.writerEpoch,
+    previous: log.previous,
     async quiesce(drain) {
       watchdog.stop();
       tasksFeed.stop();

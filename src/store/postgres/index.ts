@@ -1,6 +1,7 @@
 import type { Clock } from '../../util/clock.js';
 import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from './connect.js';
-import { PgEventLog, type LeaseOptions } from './log.js';
+import type { LeaseOptions } from './lease.js';
+import { PgEventLog } from './log.js';
 import { migrate, type MigrationReport } from './schema.js';
 import { PgArchiveIndex } from './archive-index.js';
 import { PgPlanStore } from './plans.js';
