@@ -47,6 +47,14 @@ export interface OpenOptions {
   archived?: ReadonlyMap<string, ArchiveMark>;
 }
 
+/** Who held the writer lease before a log took it over, and under which epoch. */
+export interface PreviousWriter {
+  holder: string | null;
+  epoch: number;
+  /** Whether its lease had run out (else its connection was gone). */
+  expired: boolean;
+}
+
 export interface EventLog {
   /**
    * Replays every stored event, task by task in sequence order, then opens for appends. A
@@ -81,6 +89,13 @@ export interface EventLog {
   /** Waits until everything appended so far is durable. */
   flush(): Promise<void>;
   close(): Promise<void>;
+  /**
+   * The epoch this log writes under: a lease's fence, bumped at every takeover (PostgreSQL;
+   * 0 before `open`). Null for a log that holds no lease (the embedded files).
+   */
+  readonly writerEpoch: number | null;
+  /** Who held the lease before this log took it (PostgreSQL, after `open`); null before, and for a log that holds no lease. */
+  readonly previous: PreviousWriter | null;
 }
 
 /**

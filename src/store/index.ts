@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import type { Config, homePaths } from '../config.js';
 import { JsonlEventLog } from './embedded/jsonl-log.js';
 import type { EventLog } from '../events/event-log.js';
-import type { LeaseOptions } from './postgres/log.js';
+import type { LeaseOptions } from './postgres/lease.js';
 import type { MigrationReport } from './postgres/schema.js';
 import type { ArchiveIndex } from '../registry/archive.js';
 import { SqliteArchiveIndex } from './embedded/archive-index.js';
@@ -63,11 +63,11 @@ export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: Retu
   // Loaded only with a database URL: the embedded store never needs the PostgreSQL modules.
   const { openPgStore } = await import('./postgres/index.js');
   // Nothing to discard up front: the rebuild's `replace` empties the tables in its transaction.
-  return { ...(await openPgStore(url, clock, lease)), discardDerived: async () => undefined };
+  return openPgStore(url, clock, lease);
 }
 
 // What the replica's role needs of the PostgreSQL store besides the interfaces above: the
 // refusal while another replica holds the log, the lease's loss, and the standby's LISTEN.
 export { DatabaseInUseError, describeDatabaseUrl } from './postgres/connect.js';
-export type { LeaseLost } from './postgres/log.js';
+export type { LeaseLost } from './postgres/lease.js';
 export { NoticeListener, type ReplicaNotices } from './postgres/notices.js';

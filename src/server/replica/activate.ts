@@ -9,9 +9,7 @@ import path from 'node:path';
 import express from 'express';
 import { homePaths, type Config } from '../../config.js';
 import type { DomainContext } from '../../domain/context.js';
-import type { ReplayReport } from '../../events/event-log.js';
-import { DatabaseInUseError } from '../../store/postgres/connect.js';
-import type { LeaseLost, PgEventLog } from '../../store/postgres/log.js';
+import type { PreviousWriter, ReplayReport } from '../../events/event-log.js';
 import { TokenService } from '../../identity/tokens.js';
 import type { ArchiveIndex } from '../../registry/archive.js';
 import { Registry } from '../../registry/registry.js';
@@ -35,7 +33,7 @@ import { buildApp } from '../app.js';
 import { Authenticator } from '../http/auth.js';
 import { McpSessions } from '../mcp/index.js';
 import { TasksFeed } from '../api/tasks-stream.js';
-import { openStore, type Store } from '../../store/index.js';
+import { openStore, type LeaseLost, type Store } from '../../store/index.js';
 
 export interface StartOptions {
   logger?: Logger;
@@ -72,7 +70,7 @@ export interface Activation {
   mcp: McpSessions;
   adminStreams: AdminStreams;
   epoch: number | null;
-  previous: PgEventLog['previous'];
+  previous: PreviousWriter | null;
   /** Ends the long-lived parts: timers, blocked calls, sessions and their streams. */
   quiesce(drain: boolean): Promise<void>;
   /** Closes the log, the rollups (written, or dropped when stepping down) and the store. */
@@ -252,8 +250,6 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
   archiver.start();
   services.spawners.start();
   mcp.startExpiry();
-  // By the store's kind, not instanceof: the embedded store does not load the PostgreSQL log's module.
-  const pgLog = store.kind === 'postgres' ? (log as PgEventLog) : null;
 
   return {
     app,
@@ -268,8 +264,8 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
     },
     mcp,
     adminStreams,
-    epoch: pgLog?.writerEpoch ?? null,
-    previous: pgLog?.previous ?? null,
+    epoch: log.writerEpoch,
+    previous: log.previous,
     async quiesce(drain) {
       watchdog.stop();
       tasksFeed.stop();

@@ -32,6 +32,9 @@ export class JsonlEventLog implements EventLog {
   /** Ended tasks left on disk only (unloaded, or skipped at open): no fd, no offsets. */
   private readonly archived = new Set<string>();
   private readonly commits = new GroupCommit<TaskFile>((batch) => this.write(batch));
+  /** No lease: the embedded files have no writer epoch and no previous holder. */
+  readonly writerEpoch = null;
+  readonly previous = null;
 
   constructor(
     private readonly dir: string,

@@ -1,6 +1,7 @@
 import type { Clock } from '../../util/clock.js';
 import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from './connect.js';
-import { PgEventLog, type LeaseOptions } from './log.js';
+import type { LeaseOptions } from './lease.js';
+import { PgEventLog } from './log.js';
 import { migrate, type MigrationReport } from './schema.js';
 import { PgArchiveIndex } from './archive-index.js';
 import { PgPlanStore } from './plans.js';
@@ -41,6 +42,8 @@ export async function openPgStore(url: string, clock: Clock, lease: LeaseOptions
     archive: () => new PgArchiveIndex(pool),
     rollups: (state: RegistryState, onError?: (err: unknown) => void) => new PgRollups(pool, state, onError),
     migrations,
+    // `rebuild({ replace: true })` empties the rollup tables in its own transaction: nothing to drop first.
+    discardDerived: async () => undefined,
     close: () => pool.end(),
   };
 }
