@@ -44,9 +44,26 @@ export default defineConfig({
         },
       },
       // One file at a time, and only once every other file is done: their timing is what they test.
-      { extends: true, test: { name: 'chaos', include: ['test/chaos/**/*.test.ts'], fileParallelism: false, sequence: { groupOrder: 2 } } },
+      {
+        extends: true,
+        test: {
+          name: 'chaos',
+          include: ['test/chaos/**/*.test.ts'],
+          fileParallelism: false,
+          sequence: { groupOrder: 2 },
+        },
+      },
       // SIGKILL of the server under load, on PostgreSQL: the same file, after the chaos project.
-      { extends: true, test: { name: 'postgres-crash', include: ['test/chaos/crash.test.ts'], ...postgres, fileParallelism: false, sequence: { groupOrder: 3 } } },
+      {
+        extends: true,
+        test: {
+          name: 'postgres-crash',
+          include: ['test/chaos/crash.test.ts'],
+          ...postgres,
+          fileParallelism: false,
+          sequence: { groupOrder: 3 },
+        },
+      },
     ],
   },
 });

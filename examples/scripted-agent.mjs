@@ -45,7 +45,10 @@ const delayMs = Number(env.BEIDOU_SCRIPT_DELAY_MS || options.delay_ms || 0);
 const role = env.BEIDOU_AGENT_NAME.replace(/-[0-9a-f]{4}$/, '');
 const steps = (!durable && env.BEIDOU_RESUME === '1' && script[`${role}@resume`]) || script[role] || [];
 const JOURNAL = '.scripted-agent.json';
-const journal = durable && existsSync(JOURNAL) ? JSON.parse(readFileSync(JOURNAL, 'utf8')) : { step: 0, saved: {}, inbox: [], pending: null };
+const journal =
+  durable && existsSync(JOURNAL)
+    ? JSON.parse(readFileSync(JOURNAL, 'utf8'))
+    : { step: 0, saved: {}, inbox: [], pending: null };
 const saved = journal.saved;
 saved.env = { agent_id: env.BEIDOU_AGENT_ID, task_id: env.BEIDOU_TASK_ID, task: env.BEIDOU_TASK };
 const inbox = journal.inbox;
@@ -73,7 +76,14 @@ createInterface({ input: process.stdin })
   .on('line', (line) => {
     const message = JSON.parse(line);
     if (durable) {
-      appendFileSync('.scripted-agent.received.jsonl', JSON.stringify({ message_id: message.message_id, redelivered: message.redelivered === true, pid: process.pid }) + '\n');
+      appendFileSync(
+        '.scripted-agent.received.jsonl',
+        JSON.stringify({
+          message_id: message.message_id,
+          redelivered: message.redelivered === true,
+          pid: process.pid,
+        }) + '\n',
+      );
     }
     inbox.push(message);
     persist();
@@ -94,7 +104,8 @@ function fill(value, scope = saved) {
     return value.replace(/\{\{([^}]+)\}\}/g, (_, p) => String(lookup(p, scope)));
   }
   if (Array.isArray(value)) return value.map((v) => fill(v, scope));
-  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v, scope)]));
+  if (value && typeof value === 'object')
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, fill(v, scope)]));
   return value;
 }
 /** Takes the first inbox message matching `pattern` (null once `cancelled()`); the caller persists the journal. */
@@ -115,7 +126,11 @@ async function connect() {
   for (;;) {
     const next = new Client({ name: 'beidou-scripted-agent', version: '1.0.0' });
     try {
-      await next.connect(new StreamableHTTPClientTransport(new URL(env.BEIDOU_URL), { requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } } }));
+      await next.connect(
+        new StreamableHTTPClientTransport(new URL(env.BEIDOU_URL), {
+          requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } },
+        }),
+      );
       if (durable) next.onerror = (err) => inFlight.forEach((c) => c.abort(err));
       client = next;
       return;
@@ -155,9 +170,18 @@ function applyRules() {
     void runCall(rule, null, { ...saved, message: { ...message, qid } }).then(({ outcome, text }) => {
       log(`on ${rule.call} -> ${outcome}`);
       if (outcome !== 'ok') process.stderr.write(`${rule.call} gave ${text}\n`);
-      inbox.splice(inbox.findIndex((m) => m.message_id === message.message_id), 1);
+      inbox.splice(
+        inbox.findIndex((m) => m.message_id === message.message_id),
+        1,
+      );
       persist();
-      if (durable) emit({ event: 'assistant_text', message_id: `${env.BEIDOU_AGENT_ID}:on-${message.message_id}`, text: `handled ${message.message_id}`, stop_reason: 'end_turn' });
+      if (durable)
+        emit({
+          event: 'assistant_text',
+          message_id: `${env.BEIDOU_AGENT_ID}:on-${message.message_id}`,
+          text: `handled ${message.message_id}`,
+          stop_reason: 'end_turn',
+        });
     });
   }
 }
@@ -170,7 +194,8 @@ async function runCall(step, index, scope = saved) {
   let again = !tracked || (durable && journal.pending?.step === index);
   for (;;) {
     if (durable && tracked) {
-      if (step.call === 'ask_user' && again && journal.pending?.qid) return { outcome: 'ok', value: await answerFromInbox(journal.pending.qid) };
+      if (step.call === 'ask_user' && again && journal.pending?.qid)
+        return { outcome: 'ok', value: await answerFromInbox(journal.pending.qid) };
       journal.pending = { step: index, qid: null };
       persist();
     }
@@ -180,7 +205,8 @@ async function runCall(step, index, scope = saved) {
     // An ask_user whose reply is lost may still be answered: the answer then comes to the inbox.
     let watchInbox = null;
     const answered = new Promise((resolve) => {
-      watchInbox = (qid) => void nextMessage(answerPattern(qid), () => settled).then((m) => m && resolve({ qid, message: m }));
+      watchInbox = (qid) =>
+        void nextMessage(answerPattern(qid), () => settled).then((m) => m && resolve({ qid, message: m }));
     });
     let res;
     try {
@@ -220,7 +246,8 @@ async function runCall(step, index, scope = saved) {
     const text = res.content?.[0]?.text ?? '';
     if (!res.isError) return { outcome: 'ok', value: res.structuredContent };
     const error = JSON.parse(text);
-    if (durable && step.call === 'ask_user' && error.error === 'gateway_unavailable') return { outcome: 'ok', value: await answerFromInbox(error.details.qid) };
+    if (durable && step.call === 'ask_user' && error.error === 'gateway_unavailable')
+      return { outcome: 'ok', value: await answerFromInbox(error.details.qid) };
     if (again && (step.again ?? []).includes(error.error)) {
       log(`${step.call} -> ${error.error}: done before`);
       return { outcome: 'ok', value: error.details };
@@ -254,8 +281,7 @@ for (let index = journal.step; index < steps.length; index++) {
   else if (step.say) log(fill(step.say));
   else if (step.wait_file) {
     while (!existsSync(fill(step.wait_file))) await new Promise((r) => setTimeout(r, 50));
-  }
-  else if (step.ignore_terminate) ignoreTerminate = true;
+  } else if (step.ignore_terminate) ignoreTerminate = true;
   else if ('exit' in step) {
     await client.close();
     process.exit(step.exit);
@@ -267,9 +293,19 @@ for (let index = journal.step; index < steps.length; index++) {
     journal.step = index + 1;
     journal.pending = null;
     persist();
-    emit({ event: 'assistant_text', message_id: `${env.BEIDOU_AGENT_ID}:step-${index}`, text: `step ${index} done`, stop_reason: 'end_turn' });
+    emit({
+      event: 'assistant_text',
+      message_id: `${env.BEIDOU_AGENT_ID}:step-${index}`,
+      text: `step ${index} done`,
+      stop_reason: 'end_turn',
+    });
   }
 }
 log('script done; idle until terminated');
-emit({ event: 'assistant_text', message_id: `${env.BEIDOU_AGENT_ID}:done`, text: 'script done', stop_reason: 'end_turn' });
+emit({
+  event: 'assistant_text',
+  message_id: `${env.BEIDOU_AGENT_ID}:done`,
+  text: 'script done',
+  stop_reason: 'end_turn',
+});
 await new Promise(() => {});

@@ -18,7 +18,11 @@ const seconds = (fallback: number) =>
   z.coerce.number({ error: 'must be a number of seconds' }).positive('must be positive').default(fallback);
 
 const count = (fallback: number) =>
-  z.coerce.number({ error: 'must be a number' }).int('must be an integer').positive('must be positive').default(fallback);
+  z.coerce
+    .number({ error: 'must be a number' })
+    .int('must be an integer')
+    .positive('must be positive')
+    .default(fallback);
 
 const configSchema = z.object({
   host: z.string().min(1, 'must not be empty').default('127.0.0.1'),

@@ -25,7 +25,11 @@ export interface Figures {
 
 async function connect(url: string, token: string): Promise<Client> {
   const client = new Client({ name: 'beidou-bench', version: '0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(`${url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${url}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${token}` } },
+    }),
+  );
   return client;
 }
 
@@ -63,7 +67,10 @@ async function delivery(job: Extract<Job, { kind: 'delivery' }>): Promise<Figure
   for (let i = 0; i < job.samples; i++) {
     const waiting = receiver.callTool({ name: 'read_inbox', arguments: { wait_s: 10 } });
     const t0 = performance.now();
-    const sent = await sender.callTool({ name: 'send_message', arguments: { to: job.receiverId, content: `ping ${i}` } });
+    const sent = await sender.callTool({
+      name: 'send_message',
+      arguments: { to: job.receiverId, content: `ping ${i}` },
+    });
     const got = (await waiting) as { structuredContent?: { messages?: unknown[] } };
     latencies.push(performance.now() - t0);
     if (sent.isError || (got.structuredContent?.messages?.length ?? 0) === 0) errors++;
@@ -98,7 +105,11 @@ process.once('disconnect', () => process.exit(1));
 process.once('message', async (job: Job) => {
   if (job.kind === 'failover') {
     // Talks with the parent while it runs: warm, the kill's watch, stop (section 9).
-    const last = await failoverLoad(job, (m) => process.send!(m), (on) => process.on('message', (c: FailoverCommand) => on(c)));
+    const last = await failoverLoad(
+      job,
+      (m) => process.send!(m),
+      (on) => process.on('message', (c: FailoverCommand) => on(c)),
+    );
     process.send!(last, undefined, {}, () => process.exit(0));
     return;
   }

@@ -85,29 +85,46 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
     await createDatabase(postgres.url('postgres'), 'beidou_bench_failover');
     const db = postgres.url('beidou_bench_failover');
     const adminToken = `bench-admin-${randomBytes(16).toString('hex')}`;
-    const env = { BEIDOU_DATABASE_URL: db, BEIDOU_SECRET: `bench-secret-${randomBytes(24).toString('hex')}`, BEIDOU_ADMIN_TOKEN: adminToken, BEIDOU_INBOX_CAP: '1000000000' };
+    const env = {
+      BEIDOU_DATABASE_URL: db,
+      BEIDOU_SECRET: `bench-secret-${randomBytes(24).toString('hex')}`,
+      BEIDOU_ADMIN_TOKEN: adminToken,
+      BEIDOU_INBOX_CAP: '1000000000',
+    };
     const ports = [await freePort(), await freePort()];
     const names = ['replica1', 'replica2'];
     replicas[0] = await BenchReplica.start(names[0]!, ports[0]!, env);
     replicas[1] = await BenchReplica.start(names[1]!, ports[1]!, env);
     if (!/^role: active/.test(replicas[0].role) || !/^role: standby/.test(replicas[1].role)) {
-      throw new Error(`expected replica1 active and replica2 standby, got "${replicas[0].role}" and "${replicas[1].role}"`);
+      throw new Error(
+        `expected replica1 active and replica2 standby, got "${replicas[0].role}" and "${replicas[1].role}"`,
+      );
     }
     // The testkit names the backends replica1, replica2 in this order.
-    balancer = await startHaproxy(ports.map((p) => `127.0.0.1:${p}`), { checkMs: opts.checkMs });
+    balancer = await startHaproxy(
+      ports.map((p) => `127.0.0.1:${p}`),
+      { checkMs: opts.checkMs },
+    );
     const lb = balancer.url;
     let active = 0;
     const routed = (to: number) =>
-      until(`HAProxy routing to ${names[to]} only`, async () => {
-        const states = (await balancer!.servers()).map((s) => s.status);
-        return states[to] === 'UP' && states[1 - to] !== 'UP' ? true : undefined;
-      }, WAIT_MS);
+      until(
+        `HAProxy routing to ${names[to]} only`,
+        async () => {
+          const states = (await balancer!.servers()).map((s) => s.status);
+          return states[to] === 'UP' && states[1 - to] !== 'UP' ? true : undefined;
+        },
+        WAIT_MS,
+      );
     await routed(active);
     const { taskId, tokens, targets } = await team(lb, adminToken, opts.agents);
 
     const runs: FailoverRun[] = [];
     const ackedBefore = new Set<string>();
-    const plan: TakeDown[] = [...Array<TakeDown>(opts.runs).fill('SIGKILL'), ...Array<TakeDown>(opts.runs).fill('SIGSTOP')];
+    const plan: TakeDown[] = [
+      ...Array<TakeDown>(opts.runs).fill('SIGKILL'),
+      ...Array<TakeDown>(opts.runs).fill('SIGSTOP'),
+    ];
     for (const [i, how] of plan.entries()) {
       const down = replicas[active]!;
       const standby = replicas[1 - active]!;
@@ -120,27 +137,47 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
       const at = Date.now();
       process.kill(down.pid, how);
       clients.send({ watch: { after: at, more: opts.after } });
-      const took = await standby.logLine('its takeover line', /^took over the lease from .*: active(;.*)?$/, standbyFrom, WAIT_MS);
+      const took = await standby.logLine(
+        'its takeover line',
+        /^took over the lease from .*: active(;.*)?$/,
+        standbyFrom,
+        WAIT_MS,
+      );
       const rebuilt = standby.log
         .slice(standbyFrom)
-        .find((l) => l.msg === 'registry rebuilt from the event logs' || (typeof l.msg === 'string' && l.msg.startsWith('registry caught up from the log')));
+        .find(
+          (l) =>
+            l.msg === 'registry rebuilt from the event logs' ||
+            (typeof l.msg === 'string' && l.msg.startsWith('registry caught up from the log')),
+        );
       const warm = typeof rebuilt?.followed === 'number';
-      const watched = await clients.next(`${opts.after} sends acknowledged after the take-down`, (m) => ('watched' in m ? m.watched : undefined));
+      const watched = await clients.next(`${opts.after} sends acknowledged after the take-down`, (m) =>
+        'watched' in m ? m.watched : undefined,
+      );
 
       let stepDownS: number | null = null;
       if (how === 'SIGKILL') {
         await within(down.child.exited, WAIT_MS, `${down.name} to exit`);
         await down.stop();
         replicas[active] = await BenchReplica.start(down.name, down.port, env);
-        if (!/^role: standby/.test(replicas[active]!.role)) throw new Error(`${down.name}, started again, is not a standby: ${replicas[active]!.role}`);
+        if (!/^role: standby/.test(replicas[active]!.role))
+          throw new Error(`${down.name}, started again, is not a standby: ${replicas[active]!.role}`);
       } else {
         const continued = Date.now();
         process.kill(down.pid, 'SIGCONT');
-        const stepped = await down.logLine('its step-down line', /^lost the lease to .*: stepping down to standby$/, downFrom, WAIT_MS);
+        const stepped = await down.logLine(
+          'its step-down line',
+          /^lost the lease to .*: stepping down to standby$/,
+          downFrom,
+          WAIT_MS,
+        );
         stepDownS = (stepped.time - continued) / 1000;
         const health = await fetch(`${down.url}/api/health`);
         const body = (await health.json()) as { role?: string };
-        if (health.status !== 503 || body.role !== 'standby') throw new Error(`${down.name} after SIGCONT answers health ${health.status} ${JSON.stringify(body)}, not 503 standby`);
+        if (health.status !== 503 || body.role !== 'standby')
+          throw new Error(
+            `${down.name} after SIGCONT answers health ${health.status} ${JSON.stringify(body)}, not 503 standby`,
+          );
       }
 
       clients.send({ stop: true });
@@ -184,7 +221,11 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
 }
 
 /** A task with a root and `n` members through the balancer; each member sends to the next. */
-async function team(lb: string, adminToken: string, n: number): Promise<{ taskId: string; tokens: string[]; targets: string[] }> {
+async function team(
+  lb: string,
+  adminToken: string,
+  n: number,
+): Promise<{ taskId: string; tokens: string[]; targets: string[] }> {
   const api = async (method: string, route: string, body?: unknown) => {
     const res = await fetch(`${lb}/api${route}`, {
       method,
@@ -197,19 +238,33 @@ async function team(lb: string, adminToken: string, n: number): Promise<{ taskId
   };
   const task = await api('POST', '/tasks', { task: 'bench failover', name: 'bench failover', spawn: false });
   const root = new Client({ name: 'beidou-bench-failover-root', version: '0' });
-  await root.connect(new StreamableHTTPClientTransport(new URL(`${lb}/mcp`), { requestInit: { headers: { authorization: `Bearer ${task.token}` } } }));
+  await root.connect(
+    new StreamableHTTPClientTransport(new URL(`${lb}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${task.token}` } },
+    }),
+  );
   try {
     const made = (await root.callTool({
       name: 'create_team',
       arguments: {
         name: 'senders',
         task: 'send',
-        roles: Array.from({ length: n }, (_, i) => ({ role: `sender-${i}`, skill: 'worker', description: `sender ${i}` })),
+        roles: Array.from({ length: n }, (_, i) => ({
+          role: `sender-${i}`,
+          skill: 'worker',
+          description: `sender ${i}`,
+        })),
       },
-    })) as { isError?: boolean; content: Array<{ text?: string }>; structuredContent?: { members: Array<{ agent_id: string }> } };
+    })) as {
+      isError?: boolean;
+      content: Array<{ text?: string }>;
+      structuredContent?: { members: Array<{ agent_id: string }> };
+    };
     if (made.isError || !made.structuredContent) throw new Error(`create_team failed: ${made.content[0]?.text}`);
     const ids = made.structuredContent.members.map((m) => m.agent_id);
-    const tokens = await Promise.all(ids.map(async (id) => (await api('POST', `/agents/${id}/token`, {})).token as string));
+    const tokens = await Promise.all(
+      ids.map(async (id) => (await api('POST', `/agents/${id}/token`, {})).token as string),
+    );
     return { taskId: task.task_id as string, tokens, targets: ids.map((_, i) => ids[(i + 1) % ids.length]!) };
   } finally {
     await root.close().catch(() => undefined);
@@ -222,22 +277,34 @@ async function team(lb: string, adminToken: string, n: number): Promise<{ taskId
  * an earlier run too). Returns the number of events; throws naming what is wrong.
  */
 async function checkStored(db: string, taskId: string, acked: string[], ackedBefore: Set<string>): Promise<number> {
-  const rows = await withClient(db, async (c) =>
-    (await c.query<{ seq: number; event: string; message_id: string | null }>(
-      "SELECT seq, event, body->>'message_id' AS message_id FROM events WHERE task_id = $1 ORDER BY seq",
-      [taskId],
-    )).rows,
+  const rows = await withClient(
+    db,
+    async (c) =>
+      (
+        await c.query<{ seq: number; event: string; message_id: string | null }>(
+          "SELECT seq, event, body->>'message_id' AS message_id FROM events WHERE task_id = $1 ORDER BY seq",
+          [taskId],
+        )
+      ).rows,
   );
   const gap = rows.findIndex((r, i) => Number(r.seq) !== i + 1);
   if (gap >= 0) throw new Error(`the task's seq is not gapless: position ${gap + 1} holds seq ${rows[gap]!.seq}`);
   const stored = new Map<string, number>();
-  for (const r of rows) if (r.event === 'send_message' && r.message_id) stored.set(r.message_id, (stored.get(r.message_id) ?? 0) + 1);
+  for (const r of rows)
+    if (r.event === 'send_message' && r.message_id) stored.set(r.message_id, (stored.get(r.message_id) ?? 0) + 1);
   const doubled = [...stored].filter(([, n]) => n > 1).map(([id]) => id);
-  if (doubled.length) throw new Error(`${doubled.length} message ids stored more than once, e.g. ${doubled.slice(0, 3).join(', ')}`);
+  if (doubled.length)
+    throw new Error(`${doubled.length} message ids stored more than once, e.g. ${doubled.slice(0, 3).join(', ')}`);
   const missing = acked.filter((id) => !stored.has(id));
-  if (missing.length) throw new Error(`${missing.length} of ${acked.length} acknowledged messages are not stored, e.g. ${missing.slice(0, 3).join(', ')}`);
+  if (missing.length)
+    throw new Error(
+      `${missing.length} of ${acked.length} acknowledged messages are not stored, e.g. ${missing.slice(0, 3).join(', ')}`,
+    );
   const again = acked.filter((id) => ackedBefore.has(id));
-  if (again.length) throw new Error(`${again.length} message ids acknowledged in an earlier run too, e.g. ${again.slice(0, 3).join(', ')}`);
+  if (again.length)
+    throw new Error(
+      `${again.length} message ids acknowledged in an earlier run too, e.g. ${again.slice(0, 3).join(', ')}`,
+    );
   if (new Set(acked).size !== acked.length) throw new Error('a message id was acknowledged twice in one run');
   return rows.length;
 }
@@ -314,4 +381,3 @@ class ClientsProcess {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
   }
 }
-

@@ -41,11 +41,18 @@ class FollowingAgent {
       if (!this.client) {
         const client = new Client({ name: 'beidou-bench-failover', version: '0' });
         client.onerror = () => undefined; // a broken stream surfaces as the call's failure
-        await client.connect(new StreamableHTTPClientTransport(new URL(`${this.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${this.token}` } } }), { timeout: CALL_TIMEOUT_MS });
+        await client.connect(
+          new StreamableHTTPClientTransport(new URL(`${this.url}/mcp`), {
+            requestInit: { headers: { authorization: `Bearer ${this.token}` } },
+          }),
+          { timeout: CALL_TIMEOUT_MS },
+        );
         this.client = client;
         this.reconnects++;
       }
-      const raw = (await this.client.callTool({ name: 'send_message', arguments: { to, content } }, undefined, { timeout: CALL_TIMEOUT_MS })) as {
+      const raw = (await this.client.callTool({ name: 'send_message', arguments: { to, content } }, undefined, {
+        timeout: CALL_TIMEOUT_MS,
+      })) as {
         isError?: boolean;
         content: Array<{ text?: string }>;
         structuredContent?: { message_id?: string };
@@ -141,5 +148,7 @@ export async function failoverLoad(
   await stopping;
   await Promise.all(loops);
   await Promise.all(agents.map((a) => a.drop()));
-  return { done: { acked: acks.map((a) => a.id), failed, reconnects: agents.reduce((n, a) => n + a.reconnects, 0), failures } };
+  return {
+    done: { acked: acks.map((a) => a.id), failed, reconnects: agents.reduce((n, a) => n + a.reconnects, 0), failures },
+  };
 }

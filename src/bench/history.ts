@@ -24,7 +24,8 @@ import { createDatabase, startPostgres, type TestPostgres } from '../testkit/pos
  */
 
 /** The beidou measured: this build's, or another build's `dist/cli/main.js` (`BENCH_HISTORY_MAIN`) to compare with, under this same harness. */
-const MAIN = process.env.BENCH_HISTORY_MAIN || path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'main.js');
+const MAIN =
+  process.env.BENCH_HISTORY_MAIN || path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'cli', 'main.js');
 
 export interface StartFigure {
   seconds: number;
@@ -50,23 +51,35 @@ export async function templateTask(perTask: number): Promise<{ taskId: string; r
         });
         return (await res.json()) as any;
       };
-      const created = await api('POST', '/tasks', { task: 'summarise the quarterly report and send it to the team', name: 'bench history', spawn: false });
+      const created = await api('POST', '/tasks', {
+        task: 'summarise the quarterly report and send it to the team',
+        name: 'bench history',
+        spawn: false,
+      });
       const taskId = created.task_id as string;
       const rootId = created.root_agent_id as string;
       const client = new Client({ name: 'bench-history', version: '0.0.0' });
-      await client.connect(new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${created.token}` } } }));
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
+          requestInit: { headers: { authorization: `Bearer ${created.token}` } },
+        }),
+      );
       const count = () => server.services.registry.task(taskId)!.event_count;
       // Terminating adds three events (terminate.posted, terminate.consumed, task_ended).
       let i = 0;
       while (count() + 3 + 3 <= perTask) {
-        await api('POST', `/agents/${rootId}/send`, { content: `progress note ${i++}: section ${i} of the report is drafted; figures checked against the ledger` });
+        await api('POST', `/agents/${rootId}/send`, {
+          content: `progress note ${i++}: section ${i} of the report is drafted; figures checked against the ledger`,
+        });
         await client.callTool({ name: 'read_inbox', arguments: {} }); // delivering + agent_input
       }
       while (count() + 3 < perTask) await api('POST', `/agents/${rootId}/send`, { content: `a last note ${i++}` });
       await client.close();
       await api('POST', `/tasks/${taskId}/terminate`, {});
       await server.services.registry.log.flush();
-      const lines = readFileSync(path.join(home, 'events', `${taskId}.jsonl`), 'utf8').split('\n').filter((l) => l.length > 0);
+      const lines = readFileSync(path.join(home, 'events', `${taskId}.jsonl`), 'utf8')
+        .split('\n')
+        .filter((l) => l.length > 0);
       return { taskId, rootId, lines };
     } finally {
       await server.close();
@@ -85,20 +98,39 @@ function copyOf(tpl: { taskId: string; rootId: string; lines: string[] }, n: num
   return tpl.lines.map((l) => l.split(tpl.taskId).join(taskId).split(tpl.rootId).join(rootId));
 }
 
-export function writeEmbeddedHome(home: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number): void {
+export function writeEmbeddedHome(
+  home: string,
+  tpl: { taskId: string; rootId: string; lines: string[] },
+  tasks: number,
+): void {
   const dir = path.join(home, 'events');
   mkdirSync(dir, { recursive: true });
-  for (let n = 0; n < tasks; n++) writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');
+  for (let n = 0; n < tasks; n++)
+    writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');
 }
 
-export async function fillDatabase(url: string, tpl: { taskId: string; rootId: string; lines: string[] }, tasks: number, schema: number): Promise<void> {
+export async function fillDatabase(
+  url: string,
+  tpl: { taskId: string; rootId: string; lines: string[] },
+  tasks: number,
+  schema: number,
+): Promise<void> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
     // The schema of the beidou that starts first (an older one refuses a newer schema).
-    await migrate(client, MIGRATIONS.filter((m) => m.version <= schema));
+    await migrate(
+      client,
+      MIGRATIONS.filter((m) => m.version <= schema),
+    );
     const ROWS = 20_000;
-    let rows: { t: string[]; s: number[]; ts: number[]; e: string[]; b: string[] } = { t: [], s: [], ts: [], e: [], b: [] };
+    let rows: { t: string[]; s: number[]; ts: number[]; e: string[]; b: string[] } = {
+      t: [],
+      s: [],
+      ts: [],
+      e: [],
+      b: [],
+    };
     const insert = async () => {
       if (rows.t.length === 0) return;
       await client.query(
@@ -112,7 +144,18 @@ export async function fillDatabase(url: string, tpl: { taskId: string; rootId: s
     for (let n = 0; n < tasks; n++) {
       for (const line of copyOf(tpl, n)) {
         // The stored body has no commit markers: a commit is a transaction there.
-        const { commit: _c, of: _o, ...event } = JSON.parse(line) as { seq: number; ts: number; event: string; task_id: string; commit?: number; of?: number };
+        const {
+          commit: _c,
+          of: _o,
+          ...event
+        } = JSON.parse(line) as {
+          seq: number;
+          ts: number;
+          event: string;
+          task_id: string;
+          commit?: number;
+          of?: number;
+        };
         rows.t.push(event.task_id);
         rows.s.push(event.seq);
         rows.ts.push(event.ts);
@@ -126,7 +169,10 @@ export async function fillDatabase(url: string, tpl: { taskId: string; rootId: s
       if (rows.t.length >= ROWS) await insert();
     }
     await insert();
-    await client.query('INSERT INTO log_tasks (task_id, created_ts) SELECT * FROM unnest($1::text[], $2::float8[])', [taskIds, created]);
+    await client.query('INSERT INTO log_tasks (task_id, created_ts) SELECT * FROM unnest($1::text[], $2::float8[])', [
+      taskIds,
+      created,
+    ]);
     await client.query('VACUUM ANALYZE events');
   } finally {
     await client.end();
@@ -134,7 +180,13 @@ export async function fillDatabase(url: string, tpl: { taskId: string; rootId: s
 }
 
 /** One `beidou serve` start: seconds to "listening", RSS then (and its peak), what it replayed; waits for `archivedTasks` to be archived if given. */
-async function measureStart(home: string, env: Record<string, string>, archivedTasks?: number, before?: () => Promise<void>, main = MAIN): Promise<StartFigure> {
+async function measureStart(
+  home: string,
+  env: Record<string, string>,
+  archivedTasks?: number,
+  before?: () => Promise<void>,
+  main = MAIN,
+): Promise<StartFigure> {
   await before?.();
   const t0 = performance.now();
   const child = spawn(process.execPath, [main, 'serve', '--home', home, '--port', '0'], {
@@ -161,7 +213,9 @@ async function measureStart(home: string, env: Record<string, string>, archivedT
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', onData);
-    child.once('exit', (code) => reject(new Error(`beidou serve exited (${code}) before it was measured:\n${out.slice(-2000)}`)));
+    child.once('exit', (code) =>
+      reject(new Error(`beidou serve exited (${code}) before it was measured:\n${out.slice(-2000)}`)),
+    );
   });
   if (/quarantined/.test(out)) throw new Error(`the generated history did not replay cleanly:\n${out.slice(-2000)}`);
   child.removeAllListeners('exit');
@@ -187,7 +241,13 @@ export interface HistoryFigures {
 }
 
 /** Section 7 for one store. */
-export async function historyStart(store: 'embedded' | 'postgres', tasks: number, perTask: number, runs: number, beforeMain?: string): Promise<HistoryFigures> {
+export async function historyStart(
+  store: 'embedded' | 'postgres',
+  tasks: number,
+  perTask: number,
+  runs: number,
+  beforeMain?: string,
+): Promise<HistoryFigures> {
   const tpl = await templateTask(perTask);
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-history-'));
   let postgres: TestPostgres | null = null;
@@ -209,9 +269,14 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
     const emptyHome = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-empty-'));
     let empty: StartFigure;
     try {
-      empty = await measureStart(emptyHome, store === 'embedded' ? env : { ...env, BEIDOU_DATABASE_URL: postgres!.url('beidou_empty') }, undefined, async () => {
-        if (postgres) await createDatabase(postgres.url('postgres'), 'beidou_empty');
-      });
+      empty = await measureStart(
+        emptyHome,
+        store === 'embedded' ? env : { ...env, BEIDOU_DATABASE_URL: postgres!.url('beidou_empty') },
+        undefined,
+        async () => {
+          if (postgres) await createDatabase(postgres.url('postgres'), 'beidou_empty');
+        },
+      );
     } finally {
       rmSync(emptyHome, { recursive: true, force: true });
     }
@@ -221,7 +286,17 @@ export async function historyStart(store: 'embedded' | 'postgres', tasks: number
     const withoutIndex = await measureStart(home, env, tasks);
     const withIndex: StartFigure[] = [];
     for (let r = 0; r < runs; r++) withIndex.push(await measureStart(home, env));
-    return { store, tasks, events: tasks * tpl.lines.length, generateSeconds, withoutIndex, withIndex, before, empty, load: { before: loadBefore, after: os.loadavg() } };
+    return {
+      store,
+      tasks,
+      events: tasks * tpl.lines.length,
+      generateSeconds,
+      withoutIndex,
+      withIndex,
+      before,
+      empty,
+      load: { before: loadBefore, after: os.loadavg() },
+    };
   } finally {
     await postgres?.stop().catch(() => undefined);
     rmSync(home, { recursive: true, force: true });

@@ -31,11 +31,22 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 async function rootClient(server: BeidouServer) {
   const { services } = server;
   const skill = services.skills.load('leader');
-  const { taskId, rootAgentId, drafts } = newTask(services.domain, { task: 'bench limits', skill, model: null, name: 'limits', workspace: null, spawn: false });
+  const { taskId, rootAgentId, drafts } = newTask(services.domain, {
+    task: 'bench limits',
+    skill,
+    model: null,
+    name: 'limits',
+    workspace: null,
+    spawn: false,
+  });
   await services.registry.commit(drafts);
   const token = await services.tokens.mintAgent(rootAgentId, taskId);
   const client = new Client({ name: 'beidou-bench', version: '0.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), { requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${token}` } },
+    }),
+  );
   return client;
 }
 
@@ -54,11 +65,25 @@ async function measure(client: Client, name: string, tool: string, args: Record<
   return { name, callMs, maxBlockMs: block, worstBlockMs: block, bodyBytes: JSON.stringify(args).length };
 }
 
-const role = (i: number) => ({ role: `member-${i}`, skill: 'worker', description: `member ${i}: its own part of the work, described in a sentence or two` });
-const planTask = (i: number, depends_on: string[]) => ({ id: `task-${i}`, role: `role-${i}`, skill: 'worker', task: `do part ${i} of the work and write it down`, depends_on });
+const role = (i: number) => ({
+  role: `member-${i}`,
+  skill: 'worker',
+  description: `member ${i}: its own part of the work, described in a sentence or two`,
+});
+const planTask = (i: number, depends_on: string[]) => ({
+  id: `task-${i}`,
+  role: `role-${i}`,
+  skill: 'worker',
+  task: `do part ${i} of the work and write it down`,
+  depends_on,
+});
 
 /** Each shape on a fresh server with the default limits (`fresh` starts one). */
-export async function largestRequests(fresh: <T>(fn: (server: BeidouServer) => Promise<T>) => Promise<T>, maxAgents: number, maxPlanTasks: number): Promise<Blocking[]> {
+export async function largestRequests(
+  fresh: <T>(fn: (server: BeidouServer) => Promise<T>) => Promise<T>,
+  maxAgents: number,
+  maxPlanTasks: number,
+): Promise<Blocking[]> {
   const out: Blocking[] = [];
   const once = async (name: string, tool: string, args: Record<string, unknown>) => {
     const runs: Blocking[] = [];
@@ -82,16 +107,32 @@ export async function largestRequests(fresh: <T>(fn: (server: BeidouServer) => P
   };
   // The root is one of the task's agents: the largest team has one member fewer than the cap.
   const roles = Math.min(maxPlanTasks, maxAgents - 1);
-  await once(`create_team, ${roles} roles`, 'create_team', { name: 'big', task: 'everything', roles: Array.from({ length: roles }, (_, i) => role(i)) });
+  await once(`create_team, ${roles} roles`, 'create_team', {
+    name: 'big',
+    task: 'everything',
+    roles: Array.from({ length: roles }, (_, i) => role(i)),
+  });
   const n = maxPlanTasks;
-  await once(`declare_plan, ${n} tasks, a chain`, 'declare_plan', { tasks: Array.from({ length: n }, (_, i) => planTask(i, i === 0 ? [] : [`task-${i - 1}`])) });
+  await once(`declare_plan, ${n} tasks, a chain`, 'declare_plan', {
+    tasks: Array.from({ length: n }, (_, i) => planTask(i, i === 0 ? [] : [`task-${i - 1}`])),
+  });
   await once(`declare_plan, ${n} tasks, 10 deps each`, 'declare_plan', {
-    tasks: Array.from({ length: n }, (_, i) => planTask(i, Array.from({ length: Math.min(i, 10) }, (_, k) => `task-${i - 1 - k}`))),
+    tasks: Array.from({ length: n }, (_, i) =>
+      planTask(
+        i,
+        Array.from({ length: Math.min(i, 10) }, (_, k) => `task-${i - 1 - k}`),
+      ),
+    ),
   });
   // The densest plan the input allows: each task depends on the (up to) MAX_DEPENDENCIES
   // tasks before it.
   await once(`declare_plan, ${n} tasks, ${MAX_DEPENDENCIES} deps each`, 'declare_plan', {
-    tasks: Array.from({ length: n }, (_, i) => planTask(i, Array.from({ length: Math.min(i, MAX_DEPENDENCIES) }, (_, k) => `task-${i - 1 - k}`))),
+    tasks: Array.from({ length: n }, (_, i) =>
+      planTask(
+        i,
+        Array.from({ length: Math.min(i, MAX_DEPENDENCIES) }, (_, k) => `task-${i - 1 - k}`),
+      ),
+    ),
   });
   return out;
 }

@@ -35,7 +35,9 @@ const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8,9').split(','))
 /** Section 7: the history a home holds (ended tasks, events per task), the stores, and the starts with the index per store. */
 const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
 const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
-const HISTORY_STORES = (process.env.BENCH_HISTORY_STORES ?? 'embedded,postgres').split(',') as Array<'embedded' | 'postgres'>;
+const HISTORY_STORES = (process.env.BENCH_HISTORY_STORES ?? 'embedded,postgres').split(',') as Array<
+  'embedded' | 'postgres'
+>;
 const HISTORY_RUNS = Number(process.env.BENCH_HISTORY_RUNS ?? 3);
 // BENCH_HISTORY_BEFORE=/path/to/an/older/beidou/dist/cli/main.js starts the same home with it first, for comparison;
 // BENCH_HISTORY_MAIN=/path/to/another/beidou/dist/cli/main.js measures that build in every start instead of this one.
@@ -72,9 +74,11 @@ function runClients(job: Job, onMessage?: (m: unknown, child: ReturnType<typeof 
     child.on('message', (m: { figures?: Figures }) => {
       if (m.figures) {
         const used = process.cpuUsage(cpu0);
-        resolve({ ...m.figures, cpu: { server: (used.user + used.system) / 1e6, clients: m.figures.cpu?.clients ?? NaN } });
-      }
-      else onMessage?.(m, child);
+        resolve({
+          ...m.figures,
+          cpu: { server: (used.user + used.system) / 1e6, clients: m.figures.cpu?.clients ?? NaN },
+        });
+      } else onMessage?.(m, child);
     });
     child.on('exit', (code) => code !== 0 && reject(new Error(`bench clients exited with ${code}`)));
     child.send(job);
@@ -88,7 +92,10 @@ const pct = (xs: number[], p: number) => {
 };
 const fmt = (n: number, digits = 1) => n.toFixed(digits);
 
-async function withServer<T>(fn: (server: BeidouServer, home: string) => Promise<T>, env: Record<string, string> = {}): Promise<T> {
+async function withServer<T>(
+  fn: (server: BeidouServer, home: string) => Promise<T>,
+  env: Record<string, string> = {},
+): Promise<T> {
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-'));
   const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_INBOX_CAP: '1000000000', ...env }), {
     logger: pino({ level: 'silent' }),
@@ -106,7 +113,14 @@ async function withServer<T>(fn: (server: BeidouServer, home: string) => Promise
 async function team(server: BeidouServer, n: number) {
   const { services } = server;
   const skill = services.skills.load('worker');
-  const { taskId, rootAgentId, drafts } = newTask(services.domain, { task: 'bench', skill, model: null, name: 'bench', workspace: null, spawn: false });
+  const { taskId, rootAgentId, drafts } = newTask(services.domain, {
+    task: 'bench',
+    skill,
+    model: null,
+    name: 'bench',
+    workspace: null,
+    spawn: false,
+  });
   await services.registry.commit(drafts);
   const { createTeam } = await import('../primitives/create-team.js');
   const root = services.registry.agent(rootAgentId)!;
@@ -127,51 +141,97 @@ async function team(server: BeidouServer, n: number) {
 
 function report(name: string, f: Figures): { rps: number; p50: number; p99: number } {
   const rps = f.calls / f.seconds;
-  if (f.cpu) console.log(`    (cpu: server ${fmt(f.cpu.server, 2)} s, clients ${fmt(f.cpu.clients, 2)} s over ${fmt(f.seconds, 2)} s)`);
+  if (f.cpu)
+    console.log(
+      `    (cpu: server ${fmt(f.cpu.server, 2)} s, clients ${fmt(f.cpu.clients, 2)} s over ${fmt(f.seconds, 2)} s)`,
+    );
   const p50 = pct(f.latenciesMs, 50);
   const p99 = pct(f.latenciesMs, 99);
-  console.log(`  ${name.padEnd(26)} ${fmt(rps, 0).padStart(7)} req/s   p50 ${fmt(p50, 2).padStart(6)} ms   p99 ${fmt(p99, 2).padStart(6)} ms   errors ${f.errors}`);
+  console.log(
+    `  ${name.padEnd(26)} ${fmt(rps, 0).padStart(7)} req/s   p50 ${fmt(p50, 2).padStart(6)} ms   p99 ${fmt(p99, 2).padStart(6)} ms   errors ${f.errors}`,
+  );
   return { rps, p50, p99 };
 }
 
 async function main(): Promise<void> {
   console.log(`beidou bench (node ${process.version}, ${os.cpus().length} cpus)\n`);
 
-  if (ONLY.has('1') || ONLY.has('2')) await withServer(async (server) => {
-    console.log(`1. ${AGENTS} concurrent agents over Streamable HTTP, ${SECONDS} s each`);
-    const { ids, tokens } = await team(server, AGENTS);
-    const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
-    const floor = report('bench_noop (floor)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'bench_noop', seconds: SECONDS }));
-    const send = report('send_message', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'send_message', seconds: SECONDS }));
-    console.log(`  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`);
+  if (ONLY.has('1') || ONLY.has('2'))
+    await withServer(async (server) => {
+      console.log(`1. ${AGENTS} concurrent agents over Streamable HTTP, ${SECONDS} s each`);
+      const { ids, tokens } = await team(server, AGENTS);
+      const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
+      const floor = report(
+        'bench_noop (floor)',
+        await runClients({
+          kind: 'throughput',
+          url: server.url,
+          tokens,
+          targets,
+          tool: 'bench_noop',
+          seconds: SECONDS,
+        }),
+      );
+      const send = report(
+        'send_message',
+        await runClients({
+          kind: 'throughput',
+          url: server.url,
+          tokens,
+          targets,
+          tool: 'send_message',
+          seconds: SECONDS,
+        }),
+      );
+      console.log(
+        `  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`,
+      );
 
-    console.log('2. send -> delivery latency (read_inbox waiting, 200 samples)');
-    const d = await runClients({ kind: 'delivery', url: server.url, senderToken: tokens[0]!, receiverToken: tokens[1]!, receiverId: ids[1]!, samples: 200 });
-    const delivery = { p50: pct(d.latenciesMs, 50), p99: pct(d.latenciesMs, 99) };
-    console.log(`  send -> delivered          p50 ${fmt(delivery.p50, 2)} ms   p99 ${fmt(delivery.p99, 2)} ms   (floor round trip p50 ${fmt(floor.p50, 2)} ms)   errors ${d.errors}\n`);
-  });
-
-  if (ONLY.has('3')) await withServer(async (server) => {
-    console.log('3. 1,000 agents connected to one server');
-    const { tokens } = await team(server, 1000);
-    const before = process.memoryUsage().rss;
-    let connectedAt = 0;
-    const f = await runClients({ kind: 'connect', url: server.url, tokens }, (m, child) => {
-      if ((m as { connected?: number }).connected) {
-        connectedAt = process.memoryUsage().rss;
-        child.send('done');
-      }
+      console.log('2. send -> delivery latency (read_inbox waiting, 200 samples)');
+      const d = await runClients({
+        kind: 'delivery',
+        url: server.url,
+        senderToken: tokens[0]!,
+        receiverToken: tokens[1]!,
+        receiverId: ids[1]!,
+        samples: 200,
+      });
+      const delivery = { p50: pct(d.latenciesMs, 50), p99: pct(d.latenciesMs, 99) };
+      console.log(
+        `  send -> delivered          p50 ${fmt(delivery.p50, 2)} ms   p99 ${fmt(delivery.p99, 2)} ms   (floor round trip p50 ${fmt(floor.p50, 2)} ms)   errors ${d.errors}\n`,
+      );
     });
-    console.log(`  ${f.calls} sessions opened and called list_peers in ${fmt(f.seconds, 2)} s, errors ${f.errors}; server RSS ${fmt(before / 2 ** 20, 0)} -> ${fmt(connectedAt / 2 ** 20, 0)} MiB\n`);
-    // The root and its 1,000 members: one past the default agents-per-task quota.
-  }, { BEIDOU_MAX_AGENTS_PER_TASK: '1001' });
+
+  if (ONLY.has('3'))
+    await withServer(
+      async (server) => {
+        console.log('3. 1,000 agents connected to one server');
+        const { tokens } = await team(server, 1000);
+        const before = process.memoryUsage().rss;
+        let connectedAt = 0;
+        const f = await runClients({ kind: 'connect', url: server.url, tokens }, (m, child) => {
+          if ((m as { connected?: number }).connected) {
+            connectedAt = process.memoryUsage().rss;
+            child.send('done');
+          }
+        });
+        console.log(
+          `  ${f.calls} sessions opened and called list_peers in ${fmt(f.seconds, 2)} s, errors ${f.errors}; server RSS ${fmt(before / 2 ** 20, 0)} -> ${fmt(connectedAt / 2 ** 20, 0)} MiB\n`,
+        );
+        // The root and its 1,000 members: one past the default agents-per-task quota.
+      },
+      { BEIDOU_MAX_AGENTS_PER_TASK: '1001' },
+    );
 
   if (ONLY.has('5')) {
     console.log('5. the largest requests the default limits allow: longest event-loop block (bar: about 250 ms)');
     const defaults = loadConfig({ port: '0', home: os.tmpdir() }, {});
-    const fresh = <T>(fn: (server: BeidouServer) => Promise<T>) => withServer(fn, { BEIDOU_INBOX_CAP: String(defaults.inboxCap) });
+    const fresh = <T>(fn: (server: BeidouServer) => Promise<T>) =>
+      withServer(fn, { BEIDOU_INBOX_CAP: String(defaults.inboxCap) });
     for (const b of await largestRequests(fresh, defaults.maxAgentsPerTask, defaults.maxPlanTasks)) {
-      console.log(`  ${b.name.padEnd(44)} body ${fmt(b.bodyBytes / 1024, 0).padStart(5)} KiB   call ${fmt(b.callMs, 0).padStart(5)} ms   longest block ${fmt(b.maxBlockMs, 0).padStart(4)} ms (worst ${fmt(b.worstBlockMs, 0)} ms)`);
+      console.log(
+        `  ${b.name.padEnd(44)} body ${fmt(b.bodyBytes / 1024, 0).padStart(5)} KiB   call ${fmt(b.callMs, 0).padStart(5)} ms   longest block ${fmt(b.maxBlockMs, 0).padStart(4)} ms (worst ${fmt(b.worstBlockMs, 0)} ms)`,
+      );
     }
     console.log('');
   }
@@ -180,7 +240,9 @@ async function main(): Promise<void> {
     const unavailable = wakeUnavailable();
     if (unavailable) console.log(`6. wake latency of an idle Claude Code session: skipped, ${unavailable}\n`);
     else {
-      console.log(`6. wake: send -> new model request of an idle Claude Code session (${WAKE_SENDS} sends per path, ${WAKE_WAYS.join(' and ')})`);
+      console.log(
+        `6. wake: send -> new model request of an idle Claude Code session (${WAKE_SENDS} sends per path, ${WAKE_WAYS.join(' and ')})`,
+      );
       for (const way of WAKE_WAYS) {
         const w = await withServer((server, home) => wakeLatencies(server, home, way, WAKE_SENDS));
         const xs = w.latenciesMs;
@@ -194,12 +256,22 @@ async function main(): Promise<void> {
   }
 
   if (ONLY.has('7')) {
-    console.log(`7. a home of ${HISTORY_TASKS.toLocaleString('en')} ended tasks (${HISTORY_PER_TASK} events each): start time and RSS, with the archive index and without (bar: under 2 s, under 200 MB)`);
+    console.log(
+      `7. a home of ${HISTORY_TASKS.toLocaleString('en')} ended tasks (${HISTORY_PER_TASK} events each): start time and RSS, with the archive index and without (bar: under 2 s, under 200 MB)`,
+    );
     const line = (name: string, f: StartFigure) =>
       `  ${name.padEnd(34)} start ${fmt(f.seconds, 2).padStart(6)} s (store and replay ${fmt(f.openMs / 1000, 2)} s)   RSS ${fmt(f.rssMiB, 0).padStart(5)} MiB (peak ${fmt(f.peakMiB, 0)})   events replayed ${f.replayed}   tasks left archived ${f.archived}`;
     for (const store of HISTORY_STORES) {
-      const h = await historyStart(store, HISTORY_TASKS, HISTORY_PER_TASK, HISTORY_RUNS, process.env.BENCH_HISTORY_BEFORE);
-      console.log(`  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s; load average then ${h.load.before.map((l) => fmt(l, 2)).join(' ')}`);
+      const h = await historyStart(
+        store,
+        HISTORY_TASKS,
+        HISTORY_PER_TASK,
+        HISTORY_RUNS,
+        process.env.BENCH_HISTORY_BEFORE,
+      );
+      console.log(
+        `  ${store}: generated ${h.tasks.toLocaleString('en')} tasks, ${h.events.toLocaleString('en')} events in ${fmt(h.generateSeconds, 1)} s; load average then ${h.load.before.map((l) => fmt(l, 2)).join(' ')}`,
+      );
       console.log(line(`${store}, empty home (the floor)`, h.empty));
       if (h.before) console.log(line(`${store}, beidou before the index`, h.before));
       console.log(line(`${store}, no index (full replay)`, h.withoutIndex));
@@ -216,14 +288,40 @@ async function main(): Promise<void> {
     const postgres = await startPostgres();
     try {
       await createDatabase(postgres.url('postgres'), 'beidou_bench_send');
-      const env = { BEIDOU_DATABASE_URL: postgres.url('beidou_bench_send'), BEIDOU_SECRET: 'bench-secret-'.padEnd(40, 'x'), BEIDOU_ADMIN_TOKEN: 'bench-admin-'.padEnd(40, 'x') };
+      const env = {
+        BEIDOU_DATABASE_URL: postgres.url('beidou_bench_send'),
+        BEIDOU_SECRET: 'bench-secret-'.padEnd(40, 'x'),
+        BEIDOU_ADMIN_TOKEN: 'bench-admin-'.padEnd(40, 'x'),
+      };
       await withServer(async (server) => {
         console.log(`8. ${AGENTS} concurrent agents on the PostgreSQL store, ${SECONDS} s each`);
         const { ids, tokens } = await team(server, AGENTS);
         const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
-        const floor = report('bench_noop (floor)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'bench_noop', seconds: SECONDS }));
-        const send = report('send_message (postgres)', await runClients({ kind: 'throughput', url: server.url, tokens, targets, tool: 'send_message', seconds: SECONDS }));
-        console.log(`  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`);
+        const floor = report(
+          'bench_noop (floor)',
+          await runClients({
+            kind: 'throughput',
+            url: server.url,
+            tokens,
+            targets,
+            tool: 'bench_noop',
+            seconds: SECONDS,
+          }),
+        );
+        const send = report(
+          'send_message (postgres)',
+          await runClients({
+            kind: 'throughput',
+            url: server.url,
+            tokens,
+            targets,
+            tool: 'send_message',
+            seconds: SECONDS,
+          }),
+        );
+        console.log(
+          `  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`,
+        );
       }, env);
     } finally {
       await postgres.stop();
@@ -231,11 +329,15 @@ async function main(): Promise<void> {
   }
 
   if (ONLY.has('9')) {
-    const lease = process.env.BEIDOU_LEASE_S ? `BEIDOU_LEASE_S=${process.env.BEIDOU_LEASE_S}` : 'BEIDOU_LEASE_S=3 (the default)';
+    const lease = process.env.BEIDOU_LEASE_S
+      ? `BEIDOU_LEASE_S=${process.env.BEIDOU_LEASE_S}`
+      : 'BEIDOU_LEASE_S=3 (the default)';
     console.log(
       `9. failover: two beidou serve replicas on one PostgreSQL behind HAProxy (health check every ${FAILOVER_CHECK_MS} ms), ${FAILOVER_AGENTS} agents sending send_message through it (MCP SDK clients in a child process, a call given up after 5 s), ${lease}; the active SIGKILLed, then SIGSTOPped, ${FAILOVER_RUNS} runs each (bar: within ${FAILOVER_BAR_S} s)`,
     );
-    console.log('  active after: take-down -> the standby logs "took over the lease ...: active"; first ack after: take-down -> the first send_message sent after it acknowledged through HAProxy');
+    console.log(
+      '  active after: take-down -> the standby logs "took over the lease ...: active"; first ack after: take-down -> the first send_message sent after it acknowledged through HAProxy',
+    );
     const runs = await failoverTime({
       agents: FAILOVER_AGENTS,
       runs: FAILOVER_RUNS,
@@ -285,7 +387,9 @@ async function main(): Promise<void> {
     const replay = (performance.now() - t1) / 1000;
     const events = server.services.registry.task(taskId)!.event_count;
     await server.close();
-    console.log(`  wrote 100,000 events in ${fmt(wrote, 2)} s; restart replayed ${events} events in ${fmt(replay, 2)} s (${fmt(events / replay, 0)} events/s)`);
+    console.log(
+      `  wrote 100,000 events in ${fmt(wrote, 2)} s; restart replayed ${events} events in ${fmt(replay, 2)} s (${fmt(events / replay, 0)} events/s)`,
+    );
   } finally {
     rmSync(home, { recursive: true, force: true });
   }
@@ -296,7 +400,9 @@ function failoverLine(r: FailoverRun): string {
   const replayed = r.warm
     ? `warm: read ${n(r.readEvents)} events at the takeover (${n(r.followedEvents)} followed) in ${r.replayMs} ms`
     : `cold: replayed ${n(r.readEvents)} events in ${r.replayMs} ms`;
-  const failures = Object.entries(r.failures).map(([k, n]) => `${k} ${n}`).join(', ');
+  const failures = Object.entries(r.failures)
+    .map(([k, n]) => `${k} ${n}`)
+    .join(', ');
   const paused = r.stepDownS === null ? '' : `; after SIGCONT ${r.down} stepped down in ${fmt(r.stepDownS, 2)} s`;
   return (
     `  ${r.how} run ${r.run} (${r.down} was active): active after ${fmt(r.activeS, 2).padStart(5)} s (${r.up}, ${replayed}, ${r.reason}), first ack after ${fmt(r.firstAckS, 2).padStart(5)} s${paused}; ` +
@@ -310,7 +416,9 @@ let finished = false;
 // A pending await that nothing keeps alive lets Node exit 0 without a word: say so, and fail.
 process.on('beforeExit', () => {
   if (finished) return;
-  console.error('bench: the event loop ran empty before the bench finished (an awaited promise nothing could settle any more): failing');
+  console.error(
+    'bench: the event loop ran empty before the bench finished (an awaited promise nothing could settle any more): failing',
+  );
   process.exit(1);
 });
 

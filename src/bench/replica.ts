@@ -85,7 +85,13 @@ export class BenchReplica {
   /** Resolves with the probe's value once it has one; rejects after the deadline or if the replica exits first. */
   waitFor<T>(what: string, probe: () => T | undefined, deadlineMs: number): Promise<T> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => finish(() => reject(new Error(`${this.name}: timed out after ${deadlineMs} ms waiting for ${what}${this.tail()}`))), deadlineMs);
+      const timer = setTimeout(
+        () =>
+          finish(() =>
+            reject(new Error(`${this.name}: timed out after ${deadlineMs} ms waiting for ${what}${this.tail()}`)),
+          ),
+        deadlineMs,
+      );
       const finish = (settle: () => void) => {
         clearTimeout(timer);
         this.waiters.delete(check);
@@ -95,7 +101,14 @@ export class BenchReplica {
         const value = probe();
         if (value !== undefined) return finish(() => resolve(value));
         const exit = this.child.exitCode();
-        if (exit) finish(() => reject(new Error(`${this.name} exited (${JSON.stringify(exit)}) while the bench waited for ${what}${this.tail()}`)));
+        if (exit)
+          finish(() =>
+            reject(
+              new Error(
+                `${this.name} exited (${JSON.stringify(exit)}) while the bench waited for ${what}${this.tail()}`,
+              ),
+            ),
+          );
       };
       this.waiters.add(check);
       check();

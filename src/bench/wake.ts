@@ -5,7 +5,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { BeidouServer } from '../server/server.js';
-import { CLAUDE, claudeEnv, sessionStatus, settleClaudeHome, startTmuxClaude, type TmuxClaude } from '../testkit/claude-tmux.js';
+import {
+  CLAUDE,
+  claudeEnv,
+  sessionStatus,
+  settleClaudeHome,
+  startTmuxClaude,
+  type TmuxClaude,
+} from '../testkit/claude-tmux.js';
 import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic } from '../testkit/fake-anthropic.js';
 import { until } from '../testkit/poll.js';
 import { pidAlive } from '../util/process.js';
@@ -88,7 +95,12 @@ async function send(server: BeidouServer, agentId: string, content: string): Pro
 }
 
 /** `sends` wakes of one attached session (plus the first, reported apart), against `server` whose home is `beidouHome`. */
-export async function wakeLatencies(server: BeidouServer, beidouHome: string, way: WakeWay, sends: number): Promise<WakeFigures> {
+export async function wakeLatencies(
+  server: BeidouServer,
+  beidouHome: string,
+  way: WakeWay,
+  sends: number,
+): Promise<WakeFigures> {
   const cleanups: Array<() => Promise<void> | void> = [];
   let claude: { tmux: TmuxClaude; pid: number } | null = null;
   try {
@@ -104,10 +116,15 @@ export async function wakeLatencies(server: BeidouServer, beidouHome: string, wa
       ...(way === 'rewake' ? { CLAUDE_CODE_HARBOR_KITE: '0' } : {}),
     });
     const agentId = await createTask(server);
-    await run(process.execPath, [CLI, 'attach', '--agent', agentId, '--claude-bin', CLAUDE, '--server', server.url, '--home', beidouHome], { cwd: project, env, timeout: STEP_MS });
+    await run(
+      process.execPath,
+      [CLI, 'attach', '--agent', agentId, '--claude-bin', CLAUDE, '--server', server.url, '--home', beidouHome],
+      { cwd: project, env, timeout: STEP_MS },
+    );
 
     // Each wake: read_inbox, then a closing text, after which the session is idle again.
-    for (let i = 0; i <= sends; i++) fake.push({ tools: [{ name: 'mcp__beidou__read_inbox', input: {} }] }, { text: `Read message ${i}.` });
+    for (let i = 0; i <= sends; i++)
+      fake.push({ tools: [{ name: 'mcp__beidou__read_inbox', input: {} }] }, { text: `Read message ${i}.` });
     const tmux = startTmuxClaude(project, env);
     cleanups.push(() => tmux.kill());
     const pid = tmux.pid();
@@ -139,7 +156,10 @@ export async function wakeLatencies(server: BeidouServer, beidouHome: string, wa
       const t0 = performance.now();
       await send(server, agentId, content);
       const request = await fake
-        .waitForRequest((r) => fake.requests.indexOf(r) >= before && r.kind === 'scripted', { timeoutMs: STEP_MS, what: `the model request of wake ${i}` })
+        .waitForRequest((r) => fake.requests.indexOf(r) >= before && r.kind === 'scripted', {
+          timeoutMs: STEP_MS,
+          what: `the model request of wake ${i}`,
+        })
         .catch((err: Error) => Promise.reject(failed(err)));
       const ms = request.at - t0;
       lastWakeAt = request.at;
@@ -148,7 +168,9 @@ export async function wakeLatencies(server: BeidouServer, beidouHome: string, wa
 
       // The turn after read_inbox carries its result: the message just sent, once.
       const turn = request.turn!;
-      const after = await fake.waitForTurn(turn + 1, { timeoutMs: STEP_MS }).catch((err: Error) => Promise.reject(failed(err)));
+      const after = await fake
+        .waitForTurn(turn + 1, { timeoutMs: STEP_MS })
+        .catch((err: Error) => Promise.reject(failed(err)));
       const toolUseId = fake.scripted().find((r) => r.turn === turn)?.toolUseIds?.[0];
       const result = toolResults(after.body).find((b) => b.tool_use_id === toolUseId);
       if (!result || result.is_error || !resultText(result).includes(content)) errors++;
@@ -159,9 +181,14 @@ export async function wakeLatencies(server: BeidouServer, beidouHome: string, wa
       const waiting = [claude.pid, waker(beidouHome, way)].filter((p): p is number => p !== undefined);
       claude.tmux.kill();
       // Claude Code, and the relay or waiter that ends with it, go before their homes are removed.
-      await until('Claude Code and its waker to end', () => (waiting.some(pidAlive) ? undefined : true), STEP_MS).catch(() => {});
+      await until('Claude Code and its waker to end', () => (waiting.some(pidAlive) ? undefined : true), STEP_MS).catch(
+        () => {},
+      );
     }
     // A cleanup that fails must not hide why the section failed.
-    for (const c of cleanups.reverse()) await Promise.resolve().then(c).catch((err: Error) => console.error(`  cleanup: ${err.message}`));
+    for (const c of cleanups.reverse())
+      await Promise.resolve()
+        .then(c)
+        .catch((err: Error) => console.error(`  cleanup: ${err.message}`));
   }
 }

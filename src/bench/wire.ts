@@ -44,7 +44,10 @@ export class WireClient {
     });
   }
 
-  private static result(text: string): { result?: { isError?: boolean; structuredContent?: unknown }; error?: unknown } {
+  private static result(text: string): {
+    result?: { isError?: boolean; structuredContent?: unknown };
+    error?: unknown;
+  } {
     const trimmed = text.trimStart();
     if (trimmed.startsWith('{')) return JSON.parse(trimmed);
     // SSE: the response is the last `data:` line carrying a JSON-RPC message with an id.
@@ -61,15 +64,27 @@ export class WireClient {
       jsonrpc: '2.0',
       id: this.nextId++,
       method: 'initialize',
-      params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'beidou-bench-wire', version: '0' } },
+      params: {
+        protocolVersion: '2025-06-18',
+        capabilities: {},
+        clientInfo: { name: 'beidou-bench-wire', version: '0' },
+      },
     });
     this.sessionId = String(init.headers['mcp-session-id'] ?? '');
     if (!this.sessionId) throw new Error(`initialize gave no session: ${init.text.slice(0, 200)}`);
     await this.post({ jsonrpc: '2.0', method: 'notifications/initialized' });
   }
 
-  async callTool(name: string, args: Record<string, unknown>): Promise<{ isError: boolean; structuredContent?: unknown }> {
-    const { text } = await this.post({ jsonrpc: '2.0', id: this.nextId++, method: 'tools/call', params: { name, arguments: args } });
+  async callTool(
+    name: string,
+    args: Record<string, unknown>,
+  ): Promise<{ isError: boolean; structuredContent?: unknown }> {
+    const { text } = await this.post({
+      jsonrpc: '2.0',
+      id: this.nextId++,
+      method: 'tools/call',
+      params: { name, arguments: args },
+    });
     const msg = WireClient.result(text);
     if (msg.error) return { isError: true };
     return { isError: Boolean(msg.result?.isError), structuredContent: msg.result?.structuredContent };

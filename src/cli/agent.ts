@@ -13,13 +13,20 @@ export interface AgentOptions extends ClientOptions {
  * agents, since the API addresses agents by id only. An unknown one exits 1 (as the
  * server's 404 does); one that fits several agents exits 2: the user has to say which.
  */
-export async function resolveAgent(opts: AgentOptions, ref: string): Promise<{ agent: AgentView; detail: TaskDetailView | null }> {
+export async function resolveAgent(
+  opts: AgentOptions,
+  ref: string,
+): Promise<{ agent: AgentView; detail: TaskDetailView | null }> {
   if (!opts.task) {
     try {
       return { agent: await api<AgentView>(opts, 'GET', `/agents/${encodeURIComponent(ref)}`), detail: null };
     } catch (err) {
       if (err instanceof CliError && err.code === 'unknown_agent') {
-        throw new CliError(`${err.message} (to find an agent by name or role, give its task: --task TASK_ID)`, 1, err.code);
+        throw new CliError(
+          `${err.message} (to find an agent by name or role, give its task: --task TASK_ID)`,
+          1,
+          err.code,
+        );
       }
       throw err;
     }
@@ -28,10 +35,18 @@ export async function resolveAgent(opts: AgentOptions, ref: string): Promise<{ a
   const match = (pick: (a: AgentView) => boolean) => detail.agents.filter(pick);
   // `root` names the task's root (whose role is empty) unless an agent has that role.
   const isRoot = (a: AgentView) => ref === 'root' && a.agent_id === detail.task.root_agent_id;
-  for (const found of [match((a) => a.agent_id === ref), match((a) => a.name === ref), match((a) => a.role === ref), match(isRoot)]) {
+  for (const found of [
+    match((a) => a.agent_id === ref),
+    match((a) => a.name === ref),
+    match((a) => a.role === ref),
+    match(isRoot),
+  ]) {
     if (found.length === 1) return { agent: found[0]!, detail };
     if (found.length > 1) {
-      throw new CliError(`"${ref}" fits ${found.length} agents of task ${opts.task}: ${found.map((a) => `${a.name} (${a.agent_id})`).join(', ')}; give a name or an id`, 2);
+      throw new CliError(
+        `"${ref}" fits ${found.length} agents of task ${opts.task}: ${found.map((a) => `${a.name} (${a.agent_id})`).join(', ')}; give a name or an id`,
+        2,
+      );
     }
   }
   const known = detail.agents.map((a) => a.name).join(', ') || 'none';
@@ -50,7 +65,13 @@ export async function agentShow(ref: string, opts: AgentOptions): Promise<void> 
 /** `beidou message AGENT TEXT`: a message from the user into the agent's inbox. */
 export async function message(ref: string, text: string, opts: AgentOptions): Promise<void> {
   const { agent } = await resolveAgent(opts, ref);
-  const sent = await api<{ message_id: string }>(opts, 'POST', `/agents/${encodeURIComponent(agent.agent_id)}/send`, { content: text }, flagsFrom({ content: 'TEXT' }));
+  const sent = await api<{ message_id: string }>(
+    opts,
+    'POST',
+    `/agents/${encodeURIComponent(agent.agent_id)}/send`,
+    { content: text },
+    flagsFrom({ content: 'TEXT' }),
+  );
   if (opts.json) printJson({ ok: true, message_id: sent.message_id, agent_id: agent.agent_id });
   else process.stdout.write(`sent ${sent.message_id} to ${agent.name} (${agent.agent_id})\n`);
 }

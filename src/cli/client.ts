@@ -52,8 +52,15 @@ export const flagsFrom =
 /** The one "no server" message, for every command that talks to a server (streams included). */
 function unreachable(opts: ClientOptions, err: unknown): CliError {
   const cause = (err as { cause?: { code?: unknown; message?: unknown } }).cause;
-  const why = typeof cause?.code === 'string' ? cause.code : typeof cause?.message === 'string' && cause.message ? cause.message : (err as Error).message;
-  return new CliError(`cannot reach ${serverUrl(opts)} (${why}): is beidou serve running there? (--server or BEIDOU_SERVER says where)`);
+  const why =
+    typeof cause?.code === 'string'
+      ? cause.code
+      : typeof cause?.message === 'string' && cause.message
+        ? cause.message
+        : (err as Error).message;
+  return new CliError(
+    `cannot reach ${serverUrl(opts)} (${why}): is beidou serve running there? (--server or BEIDOU_SERVER says where)`,
+  );
 }
 
 /** A non-2xx answer as a CliError: `STATUS CODE: message`, with the field at fault renamed to its flag. */
@@ -70,15 +77,22 @@ async function refusal(res: Response, flagOf?: FlagOf): Promise<CliError> {
   const flag = typeof field === 'string' ? flagOf?.(field) : undefined;
   if (flag !== undefined && typeof field === 'string') {
     // Messages name the field first: `field: …` (validation) or `field "x" …` (unknown_skill).
-    if (message.startsWith(`${field}:`) || message.startsWith(`${field} `)) message = flag + message.slice(field.length);
+    if (message.startsWith(`${field}:`) || message.startsWith(`${field} `))
+      message = flag + message.slice(field.length);
     else message = `${flag}: ${message}`;
   }
-  if (body.error === 'unknown_skill' && Array.isArray(body.details?.available)) message += ` (skills: ${body.details.available.join(', ')})`;
+  if (body.error === 'unknown_skill' && Array.isArray(body.details?.available))
+    message += ` (skills: ${body.details.available.join(', ')})`;
   return new CliError(`${res.status} ${body.error ?? 'error'}: ${message}`, 1, body.error ?? null);
 }
 
 /** One request to the admin API; an unreachable server and a refusal both become CliErrors. */
-async function request(opts: ClientOptions, method: string, path: string, init: { body?: unknown; stream?: boolean; flagOf?: FlagOf } = {}): Promise<Response> {
+async function request(
+  opts: ClientOptions,
+  method: string,
+  path: string,
+  init: { body?: unknown; stream?: boolean; flagOf?: FlagOf } = {},
+): Promise<Response> {
   // Read first: a missing token is a configuration error (exit 2), not an unreachable server.
   const token = adminToken(opts);
   let res: Response;
@@ -100,7 +114,13 @@ async function request(opts: ClientOptions, method: string, path: string, init: 
 }
 
 /** Calls the admin API; a non-2xx answer becomes a CliError carrying the server's message. */
-export async function api<T>(opts: ClientOptions, method: string, path: string, body?: unknown, flagOf?: FlagOf): Promise<T> {
+export async function api<T>(
+  opts: ClientOptions,
+  method: string,
+  path: string,
+  body?: unknown,
+  flagOf?: FlagOf,
+): Promise<T> {
   const res = await request(opts, method, path, { body, ...(flagOf ? { flagOf } : {}) });
   const text = await res.text();
   return (text.length > 0 ? JSON.parse(text) : {}) as T;
@@ -110,9 +130,20 @@ export async function api<T>(opts: ClientOptions, method: string, path: string, 
 const EVENT_FLAGS = flagsFrom({ since: '--since' });
 
 /** Every durable event of a task after `since`, page by page. */
-export async function readEvents(opts: ClientOptions, taskId: string, since: number, onEvent: (e: StoredEvent) => void): Promise<void> {
+export async function readEvents(
+  opts: ClientOptions,
+  taskId: string,
+  since: number,
+  onEvent: (e: StoredEvent) => void,
+): Promise<void> {
   for (;;) {
-    const page = await api<{ events: StoredEvent[]; cursor: number }>(opts, 'GET', `/tasks/${encodeURIComponent(taskId)}/events?since=${since}&limit=10000`, undefined, EVENT_FLAGS);
+    const page = await api<{ events: StoredEvent[]; cursor: number }>(
+      opts,
+      'GET',
+      `/tasks/${encodeURIComponent(taskId)}/events?since=${since}&limit=10000`,
+      undefined,
+      EVENT_FLAGS,
+    );
     page.events.forEach(onEvent);
     if (page.events.length === 0) return;
     since = page.cursor;
@@ -123,8 +154,16 @@ export async function readEvents(opts: ClientOptions, taskId: string, since: num
  * A task's events after `since`, then each new one as it becomes durable, until the server
  * ends the stream (it stops) or the process is stopped.
  */
-export async function followEvents(opts: ClientOptions, taskId: string, since: number, onEvent: (e: StoredEvent) => void): Promise<void> {
-  const res = await request(opts, 'GET', `/tasks/${encodeURIComponent(taskId)}/events/stream?since=${since}`, { stream: true, flagOf: EVENT_FLAGS });
+export async function followEvents(
+  opts: ClientOptions,
+  taskId: string,
+  since: number,
+  onEvent: (e: StoredEvent) => void,
+): Promise<void> {
+  const res = await request(opts, 'GET', `/tasks/${encodeURIComponent(taskId)}/events/stream?since=${since}`, {
+    stream: true,
+    flagOf: EVENT_FLAGS,
+  });
   const parser = createParser({ onEvent: (e) => onEvent(JSON.parse(e.data) as StoredEvent) });
   const decoder = new TextDecoder();
   try {
@@ -137,7 +176,8 @@ export async function followEvents(opts: ClientOptions, taskId: string, since: n
 /** A `--since` value: a whole number ≥ 0 (exit 2 otherwise). */
 export function sinceOption(value: string | undefined): number {
   const since = value === undefined ? 0 : Number(value);
-  if (!Number.isInteger(since) || since < 0 || value?.trim() === '') throw new CliError('--since must be a non-negative integer', 2);
+  if (!Number.isInteger(since) || since < 0 || value?.trim() === '')
+    throw new CliError('--since must be a non-negative integer', 2);
   return since;
 }
 

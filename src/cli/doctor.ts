@@ -1,4 +1,14 @@
-import { closeSync, existsSync, fsyncSync, ftruncateSync, openSync, readdirSync, readFileSync, statSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  ftruncateSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import path from 'node:path';
 import { ConfigError, homePaths, loadConfig } from '../config.js';
 import { acquireHomeLock, HomeLockedError, type HomeLock } from '../store/embedded/home-lock.js';
@@ -24,7 +34,8 @@ export async function doctor(opts: { home?: string; repair?: boolean }): Promise
     throw err;
   }
   const paths = homePaths(home);
-  if (!existsSync(paths.events)) throw new CliError(`${home} holds no event logs (no events/ folder): nothing to check`, 2);
+  if (!existsSync(paths.events))
+    throw new CliError(`${home} holds no event logs (no events/ folder): nothing to check`, 2);
   const lock = opts.repair ? lockOrRefuse(home, paths, 'repairing') : null;
   try {
     let files = 0;
@@ -54,7 +65,9 @@ export async function doctor(opts: { home?: string; repair?: boolean }): Promise
     } else if (opts.repair) {
       process.stdout.write(`${home}: ${problems} of ${files} task logs repaired\n`);
     } else {
-      process.stdout.write(`${home}: ${problems} of ${files} task logs have problems; beidou doctor --repair (server stopped) keeps a backup of each and cuts it back to its last whole commit\n`);
+      process.stdout.write(
+        `${home}: ${problems} of ${files} task logs have problems; beidou doctor --repair (server stopped) keeps a backup of each and cuts it back to its last whole commit\n`,
+      );
       process.exitCode = 1;
     }
   } finally {
@@ -68,7 +81,10 @@ export function lockOrRefuse(home: string, paths: { lock: string; lockPid: strin
     return acquireHomeLock(home, paths);
   } catch (err) {
     if (err instanceof HomeLockedError) {
-      throw new CliError(`${home} is in use by a running beidou server (pid ${err.pid ?? 'unknown'}): stop it before ${what}`, 2);
+      throw new CliError(
+        `${home} is in use by a running beidou server (pid ${err.pid ?? 'unknown'}): stop it before ${what}`,
+        2,
+      );
     }
     throw err;
   }
@@ -83,12 +99,16 @@ function describe(scan: LogScan): { line: number; reason: string } | null {
       reason: `incomplete commit: seqs ${incomplete.firstSeq}-${incomplete.lastSeq} of a commit of ${incomplete.of} lines (the server drops it at start)`,
     };
   }
-  if (scan.torn) return { line: scan.offsets.length + 1, reason: 'torn last line, a write cut short (the server cuts it at start)' };
+  if (scan.torn)
+    return { line: scan.offsets.length + 1, reason: 'torn last line, a write cut short (the server cuts it at start)' };
   return null;
 }
 
 function repair(file: string, data: Buffer, scan: LogScan): void {
-  const stamp = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+  const stamp = new Date()
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d+Z$/, 'Z');
   const backup = `${file}.bak-${stamp}`;
   const out = openSync(backup, 'wx', 0o600);
   try {

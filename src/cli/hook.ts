@@ -69,12 +69,17 @@ function hookToken(opts: HookOptions): string {
       const token = readFileSync(opts.tokenFile, 'utf8').trim();
       if (token) return token;
     } catch (err) {
-      throw new HookUsageError(`cannot read the token file ${opts.tokenFile}: ${(err as Error).message}; run beidou attach again`);
+      throw new HookUsageError(
+        `cannot read the token file ${opts.tokenFile}: ${(err as Error).message}; run beidou attach again`,
+      );
     }
     throw new HookUsageError(`the token file ${opts.tokenFile} is empty; run beidou attach again`);
   }
   const token = process.env.BEIDOU_TOKEN;
-  if (!token) throw new HookUsageError('BEIDOU_TOKEN is not set and no --token-file was given: the hook acts as the agent whose token it holds');
+  if (!token)
+    throw new HookUsageError(
+      'BEIDOU_TOKEN is not set and no --token-file was given: the hook acts as the agent whose token it holds',
+    );
   return token;
 }
 
@@ -82,7 +87,9 @@ function hookToken(opts: HookOptions): string {
 export async function hook(event: string, opts: HookOptions = {}): Promise<number> {
   const route = ROUTES[event as keyof typeof ROUTES];
   if (!route && !WAKE_EVENTS.has(event) && event !== 'mcp-headers') {
-    throw new HookUsageError(`unknown hook event "${event}": use pre-tool-use, post-tool-use, stop, session-start or rewake`);
+    throw new HookUsageError(
+      `unknown hook event "${event}": use pre-tool-use, post-tool-use, stop, session-start or rewake`,
+    );
   }
   const token = hookToken(opts);
   if (event === 'mcp-headers') {
@@ -97,7 +104,8 @@ export async function hook(event: string, opts: HookOptions = {}): Promise<numbe
   } catch {
     throw new HookUsageError('the hook input on stdin is not JSON');
   }
-  const sessionId = process.env.CLAUDE_CODE_SESSION_ID || (typeof input.session_id === 'string' ? input.session_id : '');
+  const sessionId =
+    process.env.CLAUDE_CODE_SESSION_ID || (typeof input.session_id === 'string' ? input.session_id : '');
   if (opts.home && sessionId && typeof input.permission_mode === 'string') {
     // The relay attests the session's permission class in each doorbell; the hooks see it change.
     const { WakeState } = await import('./wake/wake-state.js');
@@ -109,11 +117,19 @@ export async function hook(event: string, opts: HookOptions = {}): Promise<numbe
   }
   if (!route) {
     const { wakeHook } = await import('./wake/wake-hook.js');
-    return wakeHook(event as 'session-start' | 'rewake', { server: hookServer(opts), tokenFile: opts.tokenFile ?? null, token, home: opts.home ?? null, sessionId, input });
+    return wakeHook(event as 'session-start' | 'rewake', {
+      server: hookServer(opts),
+      tokenFile: opts.tokenFile ?? null,
+      token,
+      home: opts.home ?? null,
+      sessionId,
+      input,
+    });
   }
   // A Stop hook that already blocked once gets stop_hook_active: let it stop this time.
   if (route === 'stop' && input.stop_hook_active === true) return 0;
-  const body = route === 'pre-tool-use' ? { tool_name: input.tool_name ?? '', tool_input: input.tool_input ?? null } : {};
+  const body =
+    route === 'pre-tool-use' ? { tool_name: input.tool_name ?? '', tool_input: input.tool_input ?? null } : {};
   let answer: Record<string, unknown>;
   try {
     const res = await fetch(`${hookServer(opts)}/api/hook/${route}`, {
@@ -136,7 +152,13 @@ export async function hook(event: string, opts: HookOptions = {}): Promise<numbe
 export function hookOutput(route: string, answer: Record<string, unknown>): Record<string, unknown> | null {
   if (route === 'pre-tool-use') {
     if (answer.decision !== 'deny') return null;
-    return { hookSpecificOutput: { hookEventName: 'PreToolUse', permissionDecision: 'deny', permissionDecisionReason: String(answer.reason) } };
+    return {
+      hookSpecificOutput: {
+        hookEventName: 'PreToolUse',
+        permissionDecision: 'deny',
+        permissionDecisionReason: String(answer.reason),
+      },
+    };
   }
   if (route === 'post-tool-use') {
     if (!answer.context) return null;

@@ -21,10 +21,18 @@ export async function spawners(opts: ClientOptions & { json?: boolean }): Promis
   const out = [
     table(
       ['SPAWNER', 'NAME', 'CONNECTED', 'AGENTS', 'LAST HEARTBEAT'],
-      listed.spawners.map((s) => [s.spawner_id, s.name ?? '-', s.connected ? 'yes' : 'no', `${s.agents.length}/${s.max_agents ?? '-'}`, s.last_heartbeat_at ? clock(s.last_heartbeat_at) : '-']),
+      listed.spawners.map((s) => [
+        s.spawner_id,
+        s.name ?? '-',
+        s.connected ? 'yes' : 'no',
+        `${s.agents.length}/${s.max_agents ?? '-'}`,
+        s.last_heartbeat_at ? clock(s.last_heartbeat_at) : '-',
+      ]),
     ),
   ];
-  const held = listed.spawners.flatMap((s) => s.agents.map((a) => [s.spawner_id, a.agent_id, a.status, a.pid === null ? '-' : String(a.pid)]));
+  const held = listed.spawners.flatMap((s) =>
+    s.agents.map((a) => [s.spawner_id, a.agent_id, a.status, a.pid === null ? '-' : String(a.pid)]),
+  );
   if (held.length > 0) out.push('', table(['SPAWNER', 'AGENT', 'STATUS', 'PID'], held));
   process.stdout.write(out.join('\n') + '\n');
 }

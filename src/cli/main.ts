@@ -24,10 +24,15 @@ program
   .option('--host <host>', 'interface to listen on (BEIDOU_HOST, default 127.0.0.1)')
   .option('--port <port>', 'port; 0 picks a free one (BEIDOU_PORT, default 7777)')
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
-  .option('--database-url <url>', 'keep events, rollups and plans in PostgreSQL (BEIDOU_DATABASE_URL; default: files in the home)')
+  .option(
+    '--database-url <url>',
+    'keep events, rollups and plans in PostgreSQL (BEIDOU_DATABASE_URL; default: files in the home)',
+  )
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
   // Loaded on demand: client commands should not pay for the server's imports.
-  .action(async (opts: { host?: string; port?: string; home?: string; databaseUrl?: string; logFormat?: string }) => (await import('./serve.js')).serve(opts));
+  .action(async (opts: { host?: string; port?: string; home?: string; databaseUrl?: string; logFormat?: string }) =>
+    (await import('./serve.js')).serve(opts),
+  );
 
 const clientOptions = (cmd: Command) =>
   cmd
@@ -40,7 +45,12 @@ clientOptions(
     .description('print the admin token, or mint an agent (--agent ID) or spawner (--spawner) token')
     .option('--agent <agent_id>', 'mint a fresh token for this agent')
     .option('--spawner', 'mint a spawner token'),
-).action(lazy(() => import('./token.js'), (m) => m.token));
+).action(
+  lazy(
+    () => import('./token.js'),
+    (m) => m.token,
+  ),
+);
 
 const task = program.command('task').description('tasks');
 clientOptions(
@@ -50,23 +60,41 @@ clientOptions(
     .argument('<text>', 'the task, as the root agent will read it')
     .option('--no-spawn', 'do not queue the root for a spawner (run it yourself, e.g. in Claude Code)')
     .option('--json', 'print one JSON object')
-    .option('--skill <name>', 'the root agent\'s skill (default leader)')
-    .option('--model <model>', 'the root agent\'s model')
+    .option('--skill <name>', "the root agent's skill (default leader)")
+    .option('--model <model>', "the root agent's model")
     .option('--name <name>', 'a display name for the task')
     .option('--workspace <dir>', 'the project workspace path'),
-).action(lazy(() => import('./task.js'), (m) => m.taskStart));
+).action(
+  lazy(
+    () => import('./task.js'),
+    (m) => m.taskStart,
+  ),
+);
 
 clientOptions(
-  task.command('list').description('every task, newest first: status, agents live/total, events').option('--json', 'print the API\'s JSON'),
-).action(lazy(() => import('./task.js'), (m) => m.taskList));
+  task
+    .command('list')
+    .description('every task, newest first: status, agents live/total, events')
+    .option('--json', "print the API's JSON"),
+).action(
+  lazy(
+    () => import('./task.js'),
+    (m) => m.taskList,
+  ),
+);
 
 clientOptions(
   task
     .command('show')
     .description('one task: its team tree, plans, questions waiting for you, and cost')
     .argument('<task_id>', 'the task')
-    .option('--json', 'print the API\'s JSON'),
-).action(lazy(() => import('./task.js'), (m) => m.taskShow));
+    .option('--json', "print the API's JSON"),
+).action(
+  lazy(
+    () => import('./task.js'),
+    (m) => m.taskShow,
+  ),
+);
 
 clientOptions(
   task
@@ -74,7 +102,12 @@ clientOptions(
     .description('terminate a task: its root and, depth-first, every agent under it')
     .argument('<task_id>', 'the task')
     .option('--json', 'print JSON'),
-).action(lazy(() => import('./task.js'), (m) => m.taskTerminate));
+).action(
+  lazy(
+    () => import('./task.js'),
+    (m) => m.taskTerminate,
+  ),
+);
 
 const agent = program.command('agent').description('agents');
 clientOptions(
@@ -83,8 +116,13 @@ clientOptions(
     .description('one agent: status (and its error), team, process, inbox, usage, a hand-off waiting')
     .argument('<agent>', 'an agent id, or with --task a name or role')
     .option('--task <task_id>', 'look AGENT up by name or role in this task')
-    .option('--json', 'print the API\'s JSON'),
-).action(lazy(() => import('./agent.js'), (m) => m.agentShow));
+    .option('--json', "print the API's JSON"),
+).action(
+  lazy(
+    () => import('./agent.js'),
+    (m) => m.agentShow,
+  ),
+);
 
 clientOptions(
   program
@@ -94,40 +132,68 @@ clientOptions(
     .argument('<text>', 'the message')
     .option('--task <task_id>', 'look AGENT up by name or role in this task')
     .option('--json', 'print JSON'),
-).action(lazy(() => import('./agent.js'), (m) => m.message));
+).action(
+  lazy(
+    () => import('./agent.js'),
+    (m) => m.message,
+  ),
+);
 
 clientOptions(
   program
     .command('tail')
-    .description('a task\'s events as readable lines: the last few, then each new one as it happens')
+    .description("a task's events as readable lines: the last few, then each new one as it happens")
     .argument('<task_id>', 'the task')
     .option('-n, --lines <n>', 'how many past events to show first', '10')
     .option('--since <seq>', 'show every event after this seq instead')
     .option('--no-follow', 'stop after the past events'),
-).action(lazy(() => import('./tail.js'), (m) => m.tail));
+).action(
+  lazy(
+    () => import('./tail.js'),
+    (m) => m.tail,
+  ),
+);
 
 clientOptions(
   program
     .command('events')
-    .description('print a task\'s events as JSON lines; --follow keeps streaming')
+    .description("print a task's events as JSON lines; --follow keeps streaming")
     .requiredOption('--task <task_id>', 'the task')
     .option('--since <seq>', 'only events after this seq')
     .option('--follow', 'stream new events as they happen'),
-).action(lazy(() => import('./events.js'), (m) => m.events));
+).action(
+  lazy(
+    () => import('./events.js'),
+    (m) => m.events,
+  ),
+);
 
 clientOptions(
   program.command('questions').description('list the questions waiting for the user').option('--json', 'print JSON'),
-).action(lazy(() => import('./questions.js'), (m) => m.questions));
+).action(
+  lazy(
+    () => import('./questions.js'),
+    (m) => m.questions,
+  ),
+);
 
 clientOptions(
   program
     .command('answer')
     .description('answer a question as the user')
     .argument('<qid>', 'the question id (see beidou questions)')
-    .option('--choose <label>', 'an option label (repeat for multi-select)', (v: string, prev: string[] = []) => [...prev, v])
+    .option('--choose <label>', 'an option label (repeat for multi-select)', (v: string, prev: string[] = []) => [
+      ...prev,
+      v,
+    ])
     .option('--text <text>', 'free text, or the text an option requires')
     .option('--answers <json>', 'all answers as JSON: [{"selected_labels": [...], "text": ...}, ...]'),
-).action(lazy(() => import('./questions.js'), (m) => m.answer));
+).action(
+  lazy(
+    () => import('./questions.js'),
+    (m) => m.answer,
+  ),
+);
 
 clientOptions(
   program
@@ -136,11 +202,24 @@ clientOptions(
     .argument('<qid>', 'the question id (see beidou questions)')
     .option('--reason <text>', 'why you will not answer (the agent reads it)')
     .option('--json', 'print JSON'),
-).action(lazy(() => import('./questions.js'), (m) => m.decline));
+).action(
+  lazy(
+    () => import('./questions.js'),
+    (m) => m.decline,
+  ),
+);
 
 clientOptions(
-  program.command('spawners').description('the spawners the server knows, and the agents each runs').option('--json', 'print the API\'s JSON'),
-).action(lazy(() => import('./list-spawners.js'), (m) => m.spawners));
+  program
+    .command('spawners')
+    .description('the spawners the server knows, and the agents each runs')
+    .option('--json', "print the API's JSON"),
+).action(
+  lazy(
+    () => import('./list-spawners.js'),
+    (m) => m.spawners,
+  ),
+);
 
 program
   .command('spawner')
@@ -158,14 +237,23 @@ program
   .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
   .option('--skip-preflight', 'start without checking that Claude Code runs and has credentials')
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
-  .option('--spool-dir <dir>', 'where reports wait while the server is unreachable, and this spawner keeps its id (BEIDOU_SPOOL_DIR, default ~/.beidou-spawner/<name>)')
+  .option(
+    '--spool-dir <dir>',
+    'where reports wait while the server is unreachable, and this spawner keeps its id (BEIDOU_SPOOL_DIR, default ~/.beidou-spawner/<name>)',
+  )
   .option('--spool-max-mb <n>', 'the spool size past which drained observability events are dropped', '64')
-  .option('--restart-backoff <s,s,...>', 'seconds before restarting an agent after its 1st, 2nd, ... crash in a row (plus up to 25% jitter)', '1,5,30')
+  .option(
+    '--restart-backoff <s,s,...>',
+    'seconds before restarting an agent after its 1st, 2nd, ... crash in a row (plus up to 25% jitter)',
+    '1,5,30',
+  )
   .action(async (opts) => (await import('./run-spawner.js')).spawner(opts));
 
 program
   .command('hook')
-  .description('a Claude Code hook command: pre-tool-use, post-tool-use, stop, session-start or rewake (reads the hook JSON on stdin)')
+  .description(
+    'a Claude Code hook command: pre-tool-use, post-tool-use, stop, session-start or rewake (reads the hook JSON on stdin)',
+  )
   .argument('<event>', 'pre-tool-use | post-tool-use | stop | session-start | rewake')
   .option('--server <url>', 'the server base URL (default BEIDOU_SERVER)')
   .option('--token-file <file>', 'read the agent token from this file (default BEIDOU_TOKEN)')
@@ -182,9 +270,14 @@ program
 clientOptions(
   program
     .command('attach')
-    .description('make the Claude Code you start in this folder an agent: MCP server, hooks, and a relay that wakes it on mail')
-    .option('--agent <agent_id>', 'the agent to be (beidou task start --no-spawn prints the root\'s)')
-    .option('--token-file <file>', 'where the agent token is kept, outside the project (default <home>/agents/<agent_id>.token)')
+    .description(
+      'make the Claude Code you start in this folder an agent: MCP server, hooks, and a relay that wakes it on mail',
+    )
+    .option('--agent <agent_id>', "the agent to be (beidou task start --no-spawn prints the root's)")
+    .option(
+      '--token-file <file>',
+      'where the agent token is kept, outside the project (default <home>/agents/<agent_id>.token)',
+    )
     .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
     .option('--remove', 'undo beidou attach in this folder')
     .option('--check', 'print how a session here gets woken: socket, rewake or hooks-only')
@@ -194,7 +287,7 @@ clientOptions(
 program
   .command('relay')
   .description('wake a Claude Code session when its agent gets mail (started by beidou hook session-start)')
-  .requiredOption('--socket <path>', 'the session\'s messaging socket (CLAUDE_CODE_MESSAGING_SOCKET)')
+  .requiredOption('--socket <path>', "the session's messaging socket (CLAUDE_CODE_MESSAGING_SOCKET)")
   .requiredOption('--session-id <id>', 'the session id (CLAUDE_CODE_SESSION_ID)')
   .option('--token-file <file>', 'the agent token file (default BEIDOU_TOKEN from the environment)')
   .option('--claude-pid <pid>', 'the Claude Code process: the relay ends with it')
@@ -207,14 +300,18 @@ program
   .command('stats')
   .description('rollup maintenance')
   .command('rebuild')
-  .description('recreate the rollups (stats.db, or the rollup tables of the database) from the event logs (refused while a server holds the home or the database)')
+  .description(
+    'recreate the rollups (stats.db, or the rollup tables of the database) from the event logs (refused while a server holds the home or the database)',
+  )
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
   .option('--database-url <url>', 'the PostgreSQL store (BEIDOU_DATABASE_URL)')
   .action(async (opts: { home?: string; databaseUrl?: string }) => (await import('./stats.js')).statsRebuild(opts));
 
 program
   .command('doctor')
-  .description('check every task log of a home; --repair backs up and cuts each damaged one back to its last whole commit')
+  .description(
+    'check every task log of a home; --repair backs up and cuts each damaged one back to its last whole commit',
+  )
   .option('--home <dir>', 'data directory (BEIDOU_HOME, default ~/.beidou)')
   .option('--repair', 'repair what it finds (refused while a server holds the home)')
   .action(async (opts: { home?: string; repair?: boolean }) => (await import('./doctor.js')).doctor(opts));

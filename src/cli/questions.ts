@@ -5,7 +5,12 @@ interface PendingQuestion {
   task_id: string;
   asker_agent_id: string;
   origin: string;
-  questions: Array<{ question: string; header: string; multiSelect: boolean; options: Array<{ label: string; description: string; requires_text?: boolean }> }>;
+  questions: Array<{
+    question: string;
+    header: string;
+    multiSelect: boolean;
+    options: Array<{ label: string; description: string; requires_text?: boolean }>;
+  }>;
   context: string | null;
   chain: string[];
   created_at: number;
@@ -29,7 +34,8 @@ export async function questions(opts: ClientOptions & { json?: boolean }): Promi
     q.questions.forEach((item, i) => {
       out.push(`  ${i + 1}. ${item.header ? `[${item.header}] ` : ''}${item.question}`);
       if (item.options.length === 0) out.push('     (free text: --text "...")');
-      for (const o of item.options) out.push(`     - ${o.label}: ${o.description}${o.requires_text ? ' (needs --text)' : ''}`);
+      for (const o of item.options)
+        out.push(`     - ${o.label}: ${o.description}${o.requires_text ? ' (needs --text)' : ''}`);
       if (item.multiSelect) out.push('     (choose any number)');
     });
     out.push('');
@@ -49,21 +55,33 @@ export interface AnswerOptions extends ClientOptions {
 export async function answer(qid: string, opts: AnswerOptions): Promise<void> {
   let answers: unknown;
   if (opts.answers) {
-    if (opts.choose?.length || opts.text) throw new CliError('give either --answers JSON, or --choose/--text, not both', 2);
+    if (opts.choose?.length || opts.text)
+      throw new CliError('give either --answers JSON, or --choose/--text, not both', 2);
     try {
       answers = JSON.parse(opts.answers);
     } catch {
       throw new CliError('--answers must be a JSON array of {selected_labels, text}', 2);
     }
   } else {
-    if (!opts.choose?.length && !opts.text) throw new CliError('say what to answer: --choose LABEL and/or --text "..." (or --answers JSON)', 2);
+    if (!opts.choose?.length && !opts.text)
+      throw new CliError('say what to answer: --choose LABEL and/or --text "..." (or --answers JSON)', 2);
     answers = [{ selected_labels: opts.choose ?? [], text: opts.text ?? null }];
   }
   try {
-    await api(opts, 'POST', `/questions/${encodeURIComponent(qid)}/answer`, { answers }, opts.answers ? inAnswersJson : fromAnswerFlags);
+    await api(
+      opts,
+      'POST',
+      `/questions/${encodeURIComponent(qid)}/answer`,
+      { answers },
+      opts.answers ? inAnswersJson : fromAnswerFlags,
+    );
   } catch (err) {
     if (err instanceof CliError && err.code === 'answer_count_mismatch' && !opts.answers) {
-      throw new CliError(`${err.message}; --choose/--text answer one sub-question: give them all with --answers JSON`, 1, err.code);
+      throw new CliError(
+        `${err.message}; --choose/--text answer one sub-question: give them all with --answers JSON`,
+        1,
+        err.code,
+      );
     }
     throw err;
   }
@@ -88,7 +106,13 @@ export interface DeclineOptions extends ClientOptions {
 /** `beidou decline QID --reason TEXT`: the user will not answer; the asker's ask_user fails with user_declined. */
 export async function decline(qid: string, opts: DeclineOptions): Promise<void> {
   if (opts.reason === undefined) throw new CliError('say why: --reason "..." (the asking agent reads it)', 2);
-  await api(opts, 'POST', `/questions/${encodeURIComponent(qid)}/decline`, { reason: opts.reason }, flagsFrom({ reason: '--reason' }));
+  await api(
+    opts,
+    'POST',
+    `/questions/${encodeURIComponent(qid)}/decline`,
+    { reason: opts.reason },
+    flagsFrom({ reason: '--reason' }),
+  );
   if (opts.json) printJson({ ok: true, qid });
   else process.stdout.write(`declined ${qid}\n`);
 }

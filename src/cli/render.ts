@@ -31,9 +31,22 @@ const quarantineLine = (taskId: string, q: Quarantine) =>
 /** `task list`: one row per task, newest first, then a line per quarantined task saying why. */
 export function renderTaskList(tasks: readonly TaskListItem[]): string {
   if (tasks.length === 0) return 'no tasks yet: start one with beidou task start "TEXT"\n';
-  const rows = tasks.map((t) => [t.task_id, dash(t.name), t.status, `${t.agents.live}/${t.agents.total}`, String(t.event_count), dateTime(t.created_at), excerpt(t.text ?? '-', 50)]);
+  const rows = tasks.map((t) => [
+    t.task_id,
+    dash(t.name),
+    t.status,
+    `${t.agents.live}/${t.agents.total}`,
+    String(t.event_count),
+    dateTime(t.created_at),
+    excerpt(t.text ?? '-', 50),
+  ]);
   const notes = tasks.flatMap((t) => ('quarantine' in t ? [quarantineLine(t.task_id, t.quarantine)] : []));
-  return [table(['TASK', 'NAME', 'STATUS', 'AGENTS', 'EVENTS', 'CREATED', 'TEXT'], rows), ...(notes.length ? ['', ...notes] : [])].join('\n') + '\n';
+  return (
+    [
+      table(['TASK', 'NAME', 'STATUS', 'AGENTS', 'EVENTS', 'CREATED', 'TEXT'], rows),
+      ...(notes.length ? ['', ...notes] : []),
+    ].join('\n') + '\n'
+  );
 }
 
 /** An agent's status with what qualifies it: the error's reason, an escalated review. */
@@ -89,7 +102,10 @@ function errorLines(agents: readonly AgentView[]): string[] {
   return agents.flatMap((a) => {
     if (a.status !== 'error' || !a.error) return [];
     const lastErr = a.error.stderr?.trim().split('\n').at(-1);
-    return [`  ${a.name}: ${a.error.reason ?? 'error'}: ${excerpt(a.error.msg ?? '', 160)} (at ${clock(a.error.at)})`, ...(lastErr ? [`    stderr: ${excerpt(lastErr, 160)}`] : [])];
+    return [
+      `  ${a.name}: ${a.error.reason ?? 'error'}: ${excerpt(a.error.msg ?? '', 160)} (at ${clock(a.error.at)})`,
+      ...(lastErr ? [`    stderr: ${excerpt(lastErr, 160)}`] : []),
+    ];
   });
 }
 
@@ -104,7 +120,9 @@ export function renderTaskDetail(detail: TaskDetailView): string {
       ['root', task.root_agent_id ? `${name(task.root_agent_id)} (${task.root_agent_id})` : '-'],
       ['skill', dash(task.skill)],
       ['created', dateTime(task.created_at)],
-      ...(task.ended_at !== null ? [['ended', `${dateTime(task.ended_at)}${task.end_reason ? ` (${task.end_reason})` : ''}`] as const] : []),
+      ...(task.ended_at !== null
+        ? [['ended', `${dateTime(task.ended_at)}${task.end_reason ? ` (${task.end_reason})` : ''}`] as const]
+        : []),
       ['workspace', dash(task.workspace)],
     ]),
   );
@@ -119,8 +137,16 @@ export function renderTaskDetail(detail: TaskDetailView): string {
   if (plans.length > 0) {
     out.push('', 'plans');
     for (const p of plans) {
-      out.push(`  ${p.plan_id} of ${name(p.owner_agent_id)}${p.removed_at !== null ? ' (removed)' : ''}: ${p.plan_path}`);
-      const rows = p.tasks.map((t) => [`  ${t.id}`, t.role, t.status, t.agent_id ? name(t.agent_id) : '-', t.depends_on.length ? t.depends_on.join(', ') : '-']);
+      out.push(
+        `  ${p.plan_id} of ${name(p.owner_agent_id)}${p.removed_at !== null ? ' (removed)' : ''}: ${p.plan_path}`,
+      );
+      const rows = p.tasks.map((t) => [
+        `  ${t.id}`,
+        t.role,
+        t.status,
+        t.agent_id ? name(t.agent_id) : '-',
+        t.depends_on.length ? t.depends_on.join(', ') : '-',
+      ]);
       out.push(table(['  PLAN TASK', 'ROLE', 'STATE', 'AGENT', 'DEPENDS ON'], rows));
     }
   }
@@ -129,10 +155,15 @@ export function renderTaskDetail(detail: TaskDetailView): string {
   out.push('', 'questions waiting');
   if (pending.length === 0) out.push('  none');
   for (const q of pending) {
-    const prompt = q.questions.map((item) => (item.header ? `[${item.header}] ${item.question}` : item.question)).join(' | ');
-    out.push(`  ${q.qid}  from ${name(q.asker_agent_id)}, with ${q.holder ? name(q.holder) : 'you'} (${q.origin}): ${excerpt(prompt, 100)}`);
+    const prompt = q.questions
+      .map((item) => (item.header ? `[${item.header}] ${item.question}` : item.question))
+      .join(' | ');
+    out.push(
+      `  ${q.qid}  from ${name(q.asker_agent_id)}, with ${q.holder ? name(q.holder) : 'you'} (${q.origin}): ${excerpt(prompt, 100)}`,
+    );
   }
-  if (pending.some((q) => q.holder === null)) out.push('  answer: beidou answer QID ... (see beidou questions); decline: beidou decline QID --reason "..."');
+  if (pending.some((q) => q.holder === null))
+    out.push('  answer: beidou answer QID ... (see beidou questions); decline: beidou decline QID --reason "..."');
 
   const toolCalls = detail.agents.reduce((n, a) => n + a.stats.tool_calls, 0);
   out.push(
@@ -150,9 +181,20 @@ export function renderAgent(a: AgentView, detail: TaskDetailView | null): string
   const team = (id: string) => detail?.teams.find((t) => t.team_id === id)?.name;
   const named = (id: string) => (name(id) === id ? id : `${name(id)} (${id})`);
   const teamNamed = (id: string) => (team(id) ? `${team(id)} (${id})` : id);
-  const pending = a.review ? ['review', a.review] as const : a.termination_request ? ['termination request', a.termination_request] as const : null;
-  const process =
-    a.running ? `running on spawner ${a.spawner_id}` : a.launch ? (a.launch.state === 'queued' ? 'queued for a spawner' : `assigned to spawner ${a.spawner_id}, not running`) : a.status === 'terminated' ? '-' : 'external (run by a person, not a spawner)';
+  const pending = a.review
+    ? (['review', a.review] as const)
+    : a.termination_request
+      ? (['termination request', a.termination_request] as const)
+      : null;
+  const process = a.running
+    ? `running on spawner ${a.spawner_id}`
+    : a.launch
+      ? a.launch.state === 'queued'
+        ? 'queued for a spawner'
+        : `assigned to spawner ${a.spawner_id}, not running`
+      : a.status === 'terminated'
+        ? '-'
+        : 'external (run by a person, not a spawner)';
   const pairs: Array<readonly [string, string]> = [
     ['task', a.task_id],
     ['role', dash(a.role)],
@@ -164,7 +206,10 @@ export function renderAgent(a: AgentView, detail: TaskDetailView | null): string
     ['plan task', dash(a.plan_task_id)],
     ['process', process],
     ['inbox', `${a.inbox_depth} undelivered; ${a.messages_sent} sent, ${a.messages_delivered} delivered to it`],
-    ['usage', `${a.stats.input_tokens} tokens in, ${a.stats.output_tokens} out; ${usd(a.stats.cost_usd)}; ${plural(a.stats.tool_calls, 'tool call')}; ${plural(a.stats.llm_calls, 'model call')}`],
+    [
+      'usage',
+      `${a.stats.input_tokens} tokens in, ${a.stats.output_tokens} out; ${usd(a.stats.cost_usd)}; ${plural(a.stats.tool_calls, 'tool call')}; ${plural(a.stats.llm_calls, 'model call')}`,
+    ],
     ['created', dateTime(a.created_at)],
     ...(a.terminated_at !== null ? [['terminated', dateTime(a.terminated_at)] as const] : []),
     ['workspace', dash(a.workspace_path)],
@@ -172,11 +217,22 @@ export function renderAgent(a: AgentView, detail: TaskDetailView | null): string
   if (a.error) {
     pairs.push(['error', `${a.error.reason ?? 'error'}: ${a.error.msg} (at ${clock(a.error.at)})`]);
     const stderr = a.error.stderr?.trim();
-    if (stderr) pairs.push(['stderr', stderr.split('\n').slice(-3).map((l) => excerpt(l, 160)).join('\n             ')]);
+    if (stderr)
+      pairs.push([
+        'stderr',
+        stderr
+          .split('\n')
+          .slice(-3)
+          .map((l) => excerpt(l, 160))
+          .join('\n             '),
+      ]);
   }
   if (pending) {
     const [what, p] = pending;
-    pairs.push([what, `waiting on its leader since ${dateTime(p.since)}, ${plural(p.pings, 'reminder')}${p.escalated ? ', escalated to you' : ''}: ${excerpt(p.detail, 120)}`]);
+    pairs.push([
+      what,
+      `waiting on its leader since ${dateTime(p.since)}, ${plural(p.pings, 'reminder')}${p.escalated ? ', escalated to you' : ''}: ${excerpt(p.detail, 120)}`,
+    ]);
   }
   return `agent ${a.name} (${a.agent_id}): ${statusOf(a)}\n${fields(pairs)}\n`;
 }

@@ -49,7 +49,8 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   if (!Number.isInteger(maxAgents) || maxAgents < 1) throw new CliError('--max-agents must be a positive integer', 2);
   const restartBackoffS = parseBackoff(opts.restartBackoff);
   const spoolMaxMb = Number(opts.spoolMaxMb);
-  if (!Number.isFinite(spoolMaxMb) || spoolMaxMb <= 0) throw new CliError('--spool-max-mb must be a positive number', 2);
+  if (!Number.isFinite(spoolMaxMb) || spoolMaxMb <= 0)
+    throw new CliError('--spool-max-mb must be a positive number', 2);
   let logger;
   try {
     logger = createLogger(undefined, undefined, resolveLogFormat(opts.logFormat));
@@ -61,7 +62,11 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
     if (!opts.command) throw new CliError('--adapter command needs --command "CMD"', 2);
     adapter = commandAdapter(opts.command, {
       line: (agentId, line) => logger.info({ agent: agentId }, line),
-      invalid: (agentId, line, problem) => logger.error({ agent: agentId, line }, `agent ${agentId} printed an event the server would refuse, not posted: ${problem}`),
+      invalid: (agentId, line, problem) =>
+        logger.error(
+          { agent: agentId, line },
+          `agent ${agentId} printed an event the server would refuse, not posted: ${problem}`,
+        ),
     });
   } else if (opts.adapter === 'claude') {
     const bin = opts.claudeBin ?? process.env.BEIDOU_CLAUDE_BIN ?? 'claude';
@@ -97,7 +102,14 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   // and keeps it in its spool dir: its identity (and the agents it runs) survive a restart.
   let token = opts.token ?? process.env.BEIDOU_SPAWNER_TOKEN ?? usableToken(savedToken(spoolDir));
   if (!token) {
-    token = (await api<{ token: string }>({ server: serverUrl, ...(opts.home ? { home: opts.home } : {}) }, 'POST', '/spawner-tokens', {})).token;
+    token = (
+      await api<{ token: string }>(
+        { server: serverUrl, ...(opts.home ? { home: opts.home } : {}) },
+        'POST',
+        '/spawner-tokens',
+        {},
+      )
+    ).token;
     saveToken(spoolDir, token);
   }
   const instance = new Spawner({
@@ -118,7 +130,9 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-  process.stdout.write(`beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents; spool ${spoolDir})\n`);
+  process.stdout.write(
+    `beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents; spool ${spoolDir})\n`,
+  );
   await instance.run();
 }
 
@@ -126,7 +140,9 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
 function usableToken(token: string | null): string | null {
   if (!token) return null;
   try {
-    const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as { exp?: number };
+    const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as {
+      exp?: number;
+    };
     return typeof payload.exp === 'number' && payload.exp > Date.now() / 1000 + 86_400 ? token : null;
   } catch {
     return null;

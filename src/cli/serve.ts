@@ -21,8 +21,14 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
     server = await startServer(config, { logger: createLogger(config.logLevel, undefined, format) });
   } catch (err) {
     if (err instanceof ConfigError) fail(err.message, 2);
-    if (err instanceof HomeLockedError) fail(`${err.home} is in use by another beidou server (pid ${err.pid ?? 'unknown'}); one server per home`, 2);
-    if (err instanceof DatabaseInUseError || err instanceof DatabaseUnreachableError || err instanceof SchemaTooNewError || err instanceof MigrationError) {
+    if (err instanceof HomeLockedError)
+      fail(`${err.home} is in use by another beidou server (pid ${err.pid ?? 'unknown'}); one server per home`, 2);
+    if (
+      err instanceof DatabaseInUseError ||
+      err instanceof DatabaseUnreachableError ||
+      err instanceof SchemaTooNewError ||
+      err instanceof MigrationError
+    ) {
       fail(err.message, 2);
     }
     const code = (err as NodeJS.ErrnoException).code;

@@ -19,7 +19,10 @@ import { lockOrRefuse } from './doctor.js';
 export async function statsRebuild(opts: { home?: string; databaseUrl?: string }): Promise<void> {
   let config;
   try {
-    config = loadConfig({ ...(opts.home ? { home: opts.home } : {}), ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}) });
+    config = loadConfig({
+      ...(opts.home ? { home: opts.home } : {}),
+      ...(opts.databaseUrl ? { databaseUrl: opts.databaseUrl } : {}),
+    });
   } catch (err) {
     if (err instanceof ConfigError) throw new CliError(err.message, 2);
     throw err;
@@ -29,7 +32,8 @@ export async function statsRebuild(opts: { home?: string; databaseUrl?: string }
   // database's writer lock is taken by the replay instead.
   let lock: HomeLock | null = null;
   if (!config.databaseUrl) {
-    if (!existsSync(paths.events)) throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
+    if (!existsSync(paths.events))
+      throw new CliError(`${config.home} holds no event logs (no events/ folder): nothing to rebuild from`, 2);
     lock = lockOrRefuse(config.home, paths, 'rebuilding the rollups');
   }
   try {
@@ -45,7 +49,8 @@ async function rebuild(config: Config, paths: ReturnType<typeof homePaths>): Pro
   try {
     store = await openStore(config, paths, systemClock);
   } catch (err) {
-    if (err instanceof DatabaseUnreachableError || err instanceof SchemaTooNewError || err instanceof MigrationError) throw new CliError(err.message, 2);
+    if (err instanceof DatabaseUnreachableError || err instanceof SchemaTooNewError || err instanceof MigrationError)
+      throw new CliError(err.message, 2);
     throw err;
   }
   try {
@@ -56,7 +61,8 @@ async function rebuild(config: Config, paths: ReturnType<typeof homePaths>): Pro
     try {
       ({ quarantined } = await registry.open());
     } catch (err) {
-      if (err instanceof DatabaseInUseError) throw new CliError(`${err.message}: stop it before rebuilding the rollups`, 2);
+      if (err instanceof DatabaseInUseError)
+        throw new CliError(`${err.message}: stop it before rebuilding the rollups`, 2);
       throw err;
     }
     try {
@@ -69,7 +75,12 @@ async function rebuild(config: Config, paths: ReturnType<typeof homePaths>): Pro
     } finally {
       await registry.log.close();
     }
-    report(store.kind === 'postgres' ? `the rollup tables of ${store.where}` : paths.statsDb, held, quarantined, archived);
+    report(
+      store.kind === 'postgres' ? `the rollup tables of ${store.where}` : paths.statsDb,
+      held,
+      quarantined,
+      archived,
+    );
   } finally {
     await store.close();
   }
@@ -97,10 +108,21 @@ async function rebuildIndex(registry: Registry, index: ArchiveIndex, archiveAfte
   return entries.length;
 }
 
-function report(where: string, counts: Counts, quarantined: Array<{ taskId: string; file: string; line: number; reason: string }>, archived: number): void {
-  process.stdout.write(`rebuilt ${where}: ${counts.tasks} tasks, ${counts.teams} teams, ${counts.agents} agents, ${counts.questions} questions\n`);
-  if (archived > 0) process.stdout.write(`rebuilt the archive index: ${archived} ended tasks, read from the store when asked for\n`);
-  for (const q of quarantined) process.stdout.write(`left out quarantined task ${q.taskId}: ${q.file}:${q.line}: ${q.reason} (see beidou doctor)\n`);
+function report(
+  where: string,
+  counts: Counts,
+  quarantined: Array<{ taskId: string; file: string; line: number; reason: string }>,
+  archived: number,
+): void {
+  process.stdout.write(
+    `rebuilt ${where}: ${counts.tasks} tasks, ${counts.teams} teams, ${counts.agents} agents, ${counts.questions} questions\n`,
+  );
+  if (archived > 0)
+    process.stdout.write(`rebuilt the archive index: ${archived} ended tasks, read from the store when asked for\n`);
+  for (const q of quarantined)
+    process.stdout.write(
+      `left out quarantined task ${q.taskId}: ${q.file}:${q.line}: ${q.reason} (see beidou doctor)\n`,
+    );
 }
 
 interface Counts {

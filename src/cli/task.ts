@@ -18,7 +18,13 @@ export interface TaskStartOptions extends ClientOptions {
 }
 
 /** The request's fields as `task start` spells them. */
-const START_FLAGS = flagsFrom({ task: 'TEXT', skill: '--skill', model: '--model', name: '--name', workspace: '--workspace' });
+const START_FLAGS = flagsFrom({
+  task: 'TEXT',
+  skill: '--skill',
+  model: '--model',
+  name: '--name',
+  workspace: '--workspace',
+});
 
 /** `beidou task start "TEXT"`: create a task; print its ids, the root's token and a ready `claude mcp add` line. */
 export async function taskStart(text: string, opts: TaskStartOptions): Promise<void> {
@@ -33,7 +39,13 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
   const created = await api<CreatedTask>(opts, 'POST', '/tasks', body, START_FLAGS);
   const claudeLine = `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`;
   if (opts.json) {
-    process.stdout.write(JSON.stringify({ ...created, claude_mcp_add: claudeLine, attach: `beidou attach --agent ${created.root_agent_id} --server ${serverUrl(opts)}` }) + '\n');
+    process.stdout.write(
+      JSON.stringify({
+        ...created,
+        claude_mcp_add: claudeLine,
+        attach: `beidou attach --agent ${created.root_agent_id} --server ${serverUrl(opts)}`,
+      }) + '\n',
+    );
     return;
   }
   const server = serverUrl(opts);
@@ -82,5 +94,8 @@ export async function taskShow(taskId: string, opts: JsonOption): Promise<void> 
 export async function taskTerminate(taskId: string, opts: JsonOption): Promise<void> {
   await api(opts, 'POST', `/tasks/${encodeURIComponent(taskId)}/terminate`, {});
   if (opts.json) printJson({ ok: true, task_id: taskId });
-  else process.stdout.write(`terminating ${taskId}: its root and every agent under it are told to stop; the task ends as terminated\n`);
+  else
+    process.stdout.write(
+      `terminating ${taskId}: its root and every agent under it are told to stop; the task ends as terminated\n`,
+    );
 }

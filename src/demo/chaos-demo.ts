@@ -22,7 +22,9 @@ export interface ChaosDemoOptions {
  * processes, while the server, a spawner and two agents are killed with SIGKILL at seeded
  * moments; then what was killed, when, and how each part recovered, from the events.
  */
-export async function runChaosDemo(options: ChaosDemoOptions = {}): Promise<TeamRunResult & { home: string; seed: number }> {
+export async function runChaosDemo(
+  options: ChaosDemoOptions = {},
+): Promise<TeamRunResult & { home: string; seed: number }> {
   const say = (line: string) => options.quiet || process.stdout.write(line + '\n');
   const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
   const random = seeded(seed);
@@ -48,7 +50,8 @@ export async function runChaosDemo(options: ChaosDemoOptions = {}): Promise<Team
       onStart: ({ url, taskId: id }) => {
         taskId = id;
         say(`server    ${url} (a child process, killed and restarted on this port)`);
-        if (slow) for (const line of watchLines(url, readFileSync(path.join(home, 'admin.token'), 'utf8').trim())) say(line);
+        if (slow)
+          for (const line of watchLines(url, readFileSync(path.join(home, 'admin.token'), 'utf8').trim())) say(line);
         say(`task      ${id}\n`);
       },
       onEvent: (e) => {
@@ -61,11 +64,15 @@ export async function runChaosDemo(options: ChaosDemoOptions = {}): Promise<Team
     say('\nwhat was killed, and how each part recovered:');
     for (const line of recoveryLines(result)) say(`  ${line}`);
     const ended = result.events.find((e) => e.event === 'task_ended');
-    say(`\ntask ${result.taskId}: ${ended ? `${ended.status} (${ended.reason})` : 'not ended'} after ${(result.durationMs / 1000).toFixed(1)} s and ${result.events.length} events`);
+    say(
+      `\ntask ${result.taskId}: ${ended ? `${ended.status} (${ended.reason})` : 'not ended'} after ${(result.durationMs / 1000).toFixed(1)} s and ${result.events.length} events`,
+    );
     if (result.error) say(`  ${result.error}`);
     for (const s of result.stuck) say(`  stuck: ${s}`);
-    for (const p of result.leftovers) say(`  left running after the end: ${names.get(p.agentId) ?? p.agentId} (pid ${p.pid})`);
-    for (const q of result.unexpectedQuestions) say(`  a question reached the user unanswered: ${q.qid} ${q.origin} ${q.prompt}`);
+    for (const p of result.leftovers)
+      say(`  left running after the end: ${names.get(p.agentId) ?? p.agentId} (pid ${p.pid})`);
+    for (const q of result.unexpectedQuestions)
+      say(`  a question reached the user unanswered: ${q.qid} ${q.origin} ${q.prompt}`);
     return { ...result, home, seed };
   } finally {
     if (!options.keepHome) rmSync(home, { recursive: true, force: true });

@@ -55,7 +55,11 @@ function track(child: ChildProcess): ChildHandle {
 }
 
 /** `beidou serve --port PORT --home HOME`; resolves once it printed its listening line. */
-export function startServerProcess(home: string, port: number, env: Record<string, string> = {}): Promise<ChildHandle & { url: string }> {
+export function startServerProcess(
+  home: string,
+  port: number,
+  env: Record<string, string> = {},
+): Promise<ChildHandle & { url: string }> {
   const child = spawn(process.execPath, [CLI, 'serve', '--port', String(port), '--home', home], {
     env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -66,7 +70,9 @@ export function startServerProcess(home: string, port: number, env: Record<strin
       const m = /^beidou listening on (http:\/\/\S+)$/.exec(line);
       if (m) resolve({ ...handle, url: m[1]! });
     });
-    void handle.exited.then((code) => reject(new Error(`server exited with ${code} before listening: ${handle.output()}`)));
+    void handle.exited.then((code) =>
+      reject(new Error(`server exited with ${code} before listening: ${handle.output()}`)),
+    );
   });
 }
 
@@ -74,12 +80,38 @@ export function startServerProcess(home: string, port: number, env: Record<strin
 let spawnersStarted = 0;
 
 /** `beidou spawner --adapter command` running the scripted agent on `scriptFile` in `workdir`. */
-export function startSpawnerProcess(url: string, token: string, scriptFile: string, workdir: string, env: Record<string, string> = {}): ChildHandle {
+export function startSpawnerProcess(
+  url: string,
+  token: string,
+  scriptFile: string,
+  workdir: string,
+  env: Record<string, string> = {},
+): ChildHandle {
   const agentCmd = `"${process.execPath}" "${SCRIPTED_AGENT}"`;
   const child = spawn(
     process.execPath,
-    [CLI, 'spawner', '--server', url, '--token', token, '--adapter', 'command', '--command', agentCmd, '--max-agents', '16', '--workdir', workdir, '--spool-dir', path.join(path.dirname(workdir), 'spools', `spawner-${++spawnersStarted}`)],
-    { env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', 'ignore', 'pipe'] },
+    [
+      CLI,
+      'spawner',
+      '--server',
+      url,
+      '--token',
+      token,
+      '--adapter',
+      'command',
+      '--command',
+      agentCmd,
+      '--max-agents',
+      '16',
+      '--workdir',
+      workdir,
+      '--spool-dir',
+      path.join(path.dirname(workdir), 'spools', `spawner-${++spawnersStarted}`),
+    ],
+    {
+      env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn', ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
   );
   return track(child);
 }

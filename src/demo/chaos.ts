@@ -127,7 +127,11 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
   };
   const connected = async (pids: number[]) => {
     const { body } = await api('GET', '/spawners');
-    const names = new Set((body.spawners as Array<{ name: string | null; connected: boolean }>).filter((s) => s.connected).map((s) => s.name));
+    const names = new Set(
+      (body.spawners as Array<{ name: string | null; connected: boolean }>)
+        .filter((s) => s.connected)
+        .map((s) => s.name),
+    );
     return pids.every((pid) => [...names].some((n) => n?.endsWith(`:${pid}`)));
   };
   const first = [startSpawner(), startSpawner()];
@@ -136,7 +140,10 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
     await sleep(50);
   }
 
-  const created = (await api('POST', '/tasks', { task: opts.task, name: 'chaos team' })).body as { task_id: string; root_agent_id: string };
+  const created = (await api('POST', '/tasks', { task: opts.task, name: 'chaos team' })).body as {
+    task_id: string;
+    root_agent_id: string;
+  };
   const taskId = created.task_id;
   opts.onStart?.({ url, taskId, rootAgentId: created.root_agent_id });
   const startedAt = Date.now();
@@ -170,7 +177,9 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
     if (e.event === 'terminate.consumed') consumed.add(e.agent_id);
     if (e.event === 'task_ended') ended = true;
     if (e.event === 'question_asked') asked.set(e.qid, e);
-    const atGateway = (e.event === 'question_asked' && e.holder === null) || (e.event === 'question_escalated' && e.new_holder === null);
+    const atGateway =
+      (e.event === 'question_asked' && e.holder === null) ||
+      (e.event === 'question_escalated' && e.new_holder === null);
     if (!atGateway) return;
     const q = asked.get(e.qid)!;
     if (q.origin === 'root_review') toAnswer.set(q.qid, [{ selected_labels: ['Approve'], text: null }]);
@@ -206,7 +215,8 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
       const from = missingSince.get(a.agent_id) ?? now;
       missingSince.set(a.agent_id, from);
       const note = `${a.name} (${a.agent_id}) shown running with no process since +${((from - startedAt) / 1000).toFixed(1)} s`;
-      if (now - from > stuckLimitMs && !stuck.some((s) => s.startsWith(`${a.name} (`))) stuck.push(`${note}, past the ${stuckLimitMs} ms limit`);
+      if (now - from > stuckLimitMs && !stuck.some((s) => s.startsWith(`${a.name} (`)))
+        stuck.push(`${note}, past the ${stuckLimitMs} ms limit`);
     }
     done = ended && [...spawned].every((id) => consumed.has(id));
   };
@@ -224,7 +234,10 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
         const victim = live[Math.floor(opts.random() * live.length)];
         if (victim) {
           process.kill(victim.pid, 'SIGKILL');
-          Object.assign(record, { target: `server, and agent ${names.get(victim.agentId) ?? victim.agentId} (pid ${victim.pid}) while it was down`, agentId: victim.agentId });
+          Object.assign(record, {
+            target: `server, and agent ${names.get(victim.agentId) ?? victim.agentId} (pid ${victim.pid}) while it was down`,
+            agentId: victim.agentId,
+          });
         }
       }
       await sleep(300 + opts.random() * 1200);
@@ -236,13 +249,20 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
       const live = spawners.filter((s) => s.child.exitCode === null && s.child.signalCode === null);
       const victim = live[Math.floor(opts.random() * live.length)]!;
       const view = await api('GET', '/spawners').catch(() => null);
-      const spawnerId = (view?.body.spawners as Array<{ spawner_id: string; name: string | null }> | undefined)?.find((s) => s.name?.endsWith(`:${victim.pid}`))?.spawner_id;
-      Object.assign(record, { target: `spawner ${spawnerId ?? '?'}`, pid: victim.pid, ...(spawnerId ? { spawnerId } : {}) });
+      const spawnerId = (view?.body.spawners as Array<{ spawner_id: string; name: string | null }> | undefined)?.find(
+        (s) => s.name?.endsWith(`:${victim.pid}`),
+      )?.spawner_id;
+      Object.assign(record, {
+        target: `spawner ${spawnerId ?? '?'}`,
+        pid: victim.pid,
+        ...(spawnerId ? { spawnerId } : {}),
+      });
       opts.onFault?.(record);
       await killHard(victim);
       // The survivor takes the agents over once the server notices; only then does a new one join.
       const deadline = Date.now() + stuckLimitMs + 3_000;
-      while (Date.now() < deadline && !events.some((e) => e.event === 'spawner.lost' && e.spawner_id === spawnerId)) await sleep(100);
+      while (Date.now() < deadline && !events.some((e) => e.event === 'spawner.lost' && e.spawner_id === spawnerId))
+        await sleep(100);
       startSpawner();
     } else {
       const killed = new Set(faults.filter((f) => f.agentId).map((f) => f.agentId));
@@ -253,7 +273,11 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
       }
       if (candidates.length === 0) return;
       const victim = candidates[Math.floor(opts.random() * candidates.length)]!;
-      Object.assign(record, { target: `agent ${names.get(victim.agentId) ?? victim.agentId}`, pid: victim.pid, agentId: victim.agentId });
+      Object.assign(record, {
+        target: `agent ${names.get(victim.agentId) ?? victim.agentId}`,
+        pid: victim.pid,
+        agentId: victim.agentId,
+      });
       opts.onFault?.(record);
       process.kill(victim.pid, 'SIGKILL');
     }
@@ -292,5 +316,19 @@ export async function runTeam(opts: TeamRunOptions): Promise<TeamRunResult> {
   for (const p of agentProcesses(workdir, taskId)) process.kill(p.pid, 'SIGKILL');
   server.child.kill('SIGTERM');
   await server.exited;
-  return { taskId, rootAgentId: created.root_agent_id, url, workdir, startedAt, durationMs, events, faults, stuck, leftovers, unexpectedQuestions, agents, error };
+  return {
+    taskId,
+    rootAgentId: created.root_agent_id,
+    url,
+    workdir,
+    startedAt,
+    durationMs,
+    events,
+    faults,
+    stuck,
+    leftovers,
+    unexpectedQuestions,
+    agents,
+    error,
+  };
 }

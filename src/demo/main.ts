@@ -26,10 +26,14 @@ export interface DemoOptions {
  * leader, reviews with a rework, approval, the user's final Approve and the cascade — told
  * as a story from the task's first event as it happens, then a summary and where to look next.
  */
-export async function runDemo(options: DemoOptions = {}): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
+export async function runDemo(
+  options: DemoOptions = {},
+): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
   const say = (line: string) => options.quiet || process.stdout.write(line + '\n');
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-demo-'));
-  const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), { logger: pino({ level: 'warn' }) });
+  const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), {
+    logger: pino({ level: 'warn' }),
+  });
   say('beidou demo: scripted agents run a three-agent task through a real server and spawner');
   say(`server    ${server.url} (home ${home})`);
   if (options.stepDelayMs) for (const line of watchLines(server.url, server.adminToken)) say(line);
@@ -46,7 +50,22 @@ export async function runDemo(options: DemoOptions = {}): Promise<{ taskId: stri
   const agentCmd = `"${process.execPath}" "${path.join(PACKAGE_ROOT, 'examples', 'scripted-agent.mjs')}"`;
   const spawner = spawn(
     process.execPath,
-    [path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'), 'spawner', '--server', server.url, '--token', token, '--adapter', 'command', '--command', agentCmd, '--workdir', path.join(home, 'agents'), '--spool-dir', path.join(home, 'spool')],
+    [
+      path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'),
+      'spawner',
+      '--server',
+      server.url,
+      '--token',
+      token,
+      '--adapter',
+      'command',
+      '--command',
+      agentCmd,
+      '--workdir',
+      path.join(home, 'agents'),
+      '--spool-dir',
+      path.join(home, 'spool'),
+    ],
     {
       env: {
         ...process.env,
@@ -61,7 +80,10 @@ export async function runDemo(options: DemoOptions = {}): Promise<{ taskId: stri
   let taskId: string | null = null;
   let finished = false;
   try {
-    const task = await api('POST', '/tasks', { task: 'Write a short report on Polaris, the North Star.', name: 'polaris report' });
+    const task = await api('POST', '/tasks', {
+      task: 'Write a short report on Polaris, the North Star.',
+      name: 'polaris report',
+    });
     taskId = task.task_id as string;
     say(`task      ${task.task_id} "polaris report"\n`);
     const story = new Story();
@@ -98,10 +120,14 @@ export async function runDemo(options: DemoOptions = {}): Promise<{ taskId: stri
       });
       log.read(task.task_id, 0, 100_000).forEach(take);
       check();
-      options.signal?.addEventListener('abort', () => {
-        unsubscribe();
-        reject(new DemoStopped());
-      }, { once: true });
+      options.signal?.addEventListener(
+        'abort',
+        () => {
+          unsubscribe();
+          reject(new DemoStopped());
+        },
+        { once: true },
+      );
     });
     for (const line of story.end()) say(line);
     const events = server.services.registry.log.read(task.task_id, 0, 100_000);
@@ -146,11 +172,13 @@ export function parseDemoFlags(argv: readonly string[]): DemoFlags {
     else if (arg === '--seed' || arg.startsWith('--seed=')) {
       const value = arg === '--seed' ? argv[++i] : arg.slice('--seed='.length);
       const seed = Number(value);
-      if (!Number.isInteger(seed) || seed < 0) throw new Error(`--seed needs a whole number (got ${value ?? 'nothing'})`);
+      if (!Number.isInteger(seed) || seed < 0)
+        throw new Error(`--seed needs a whole number (got ${value ?? 'nothing'})`);
       flags.seed = seed;
     } else throw new Error(`unknown flag ${arg}; usage: npm run demo -- [--chaos] [--keep] [--slow] [--seed N]`);
   }
-  if (flags.seed !== undefined && !flags.chaos) throw new Error('--seed replays a chaos run: give --chaos too (the plain demo draws nothing at random)');
+  if (flags.seed !== undefined && !flags.chaos)
+    throw new Error('--seed replays a chaos run: give --chaos too (the plain demo draws nothing at random)');
   return flags;
 }
 
@@ -168,7 +196,11 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const stepDelayMs = flags.slow ? SLOW_STEP_MS : 0;
   const run = flags.chaos
     ? import('./chaos-demo.js').then(({ runChaosDemo }) =>
-        runChaosDemo({ keepHome: flags.keep, stepDelayMs, ...(flags.seed === undefined ? {} : { seed: flags.seed }) }).then((r) => {
+        runChaosDemo({
+          keepHome: flags.keep,
+          stepDelayMs,
+          ...(flags.seed === undefined ? {} : { seed: flags.seed }),
+        }).then((r) => {
           if (r.error || r.stuck.length > 0 || r.leftovers.length > 0) process.exitCode = 1;
         }),
       )

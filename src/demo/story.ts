@@ -119,13 +119,17 @@ export interface CostStats {
 
 /** The end of the story: who took part, what they said and asked, what it cost and how long it took. */
 export function summaryLines(events: readonly StoredEvent[], stats: CostStats): string[] {
-  const of = <N extends EventName>(n: N) => events.filter((e): e is Extract<StoredEvent, { event: N }> => e.event === n);
+  const of = <N extends EventName>(n: N) =>
+    events.filter((e): e is Extract<StoredEvent, { event: N }> => e.event === n);
   const first = events[0];
   const ended = of('task_ended')[0];
   const seconds = first && events.length ? (events.at(-1)!.ts - first.ts).toFixed(1) : '0';
-  const agents = of('agent_spawned').map((e) => `${e.name}${e.role ? ` (${e.role})` : e.leader_id === 'user' ? ' (root)' : ''}`);
+  const agents = of('agent_spawned').map(
+    (e) => `${e.name}${e.role ? ` (${e.role})` : e.leader_id === 'user' ? ' (root)' : ''}`,
+  );
   const reviews = of('status').filter((e) => e.state === 'review_pending').length;
-  const reworks = of('review.acknowledged').length + of('completion.reported').filter((e) => e.decision === 'rework').length;
+  const reworks =
+    of('review.acknowledged').length + of('completion.reported').filter((e) => e.decision === 'rework').length;
   const answers = of('question_answered');
   const byUser = answers.filter((e) => e.by === 'user').length;
   const messages = of('send_message');

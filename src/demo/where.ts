@@ -29,7 +29,9 @@ export function nextLines(opts: { home: string; kept: boolean; taskId: string; c
       'next',
       `  this run's home is deleted; keep it to browse afterwards:  ${demo} --keep`,
       `  watch a run live in the dashboard (one step every 1.5 s):  ${demo} --slow`,
-      opts.chaos ? '  the same task without faults:                               npm run demo' : '  the same task while its processes are killed:               npm run demo -- --chaos',
+      opts.chaos
+        ? '  the same task without faults:                               npm run demo'
+        : '  the same task while its processes are killed:               npm run demo -- --chaos',
       '  what each command and event means: docs/cli.md, docs/events.md',
     ];
   }

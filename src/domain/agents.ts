@@ -71,8 +71,13 @@ export function teamWorkspace(projectWorkspace: string, teamId: string): string 
  */
 export function launchOf(state: RegistryState, agent: AgentRecord, skills: SkillSource): LaunchTexts {
   if (agent.launch) return { prompt: agent.launch.prompt, first_message: agent.launch.first_message };
-  const planTask = agent.plan_id && agent.plan_task_id ? state.plans.get(agent.plan_id)?.tasks.get(agent.plan_task_id) : undefined;
-  const skill = skills.require(agent.skill, null, `the skill "${agent.skill}" of agent ${agent.agent_id} no longer loads`);
+  const planTask =
+    agent.plan_id && agent.plan_task_id ? state.plans.get(agent.plan_id)?.tasks.get(agent.plan_task_id) : undefined;
+  const skill = skills.require(
+    agent.skill,
+    null,
+    `the skill "${agent.skill}" of agent ${agent.agent_id} no longer loads`,
+  );
   return launchTexts(skill, {
     agentId: agent.agent_id,
     name: agent.name,
@@ -150,7 +155,10 @@ export interface NewTask {
 }
 
 /** A new task and its root agent (teamless, its leader the user). */
-export function newTask(ctx: DomainContext, input: NewTask): { taskId: string; rootAgentId: string; drafts: EventDraft[] } {
+export function newTask(
+  ctx: DomainContext,
+  input: NewTask,
+): { taskId: string; rootAgentId: string; drafts: EventDraft[] } {
   const taskId = ctx.ids.next('tsk');
   const rootAgentId = ctx.ids.next('ag');
   const workspace = input.workspace ?? path.join(homePaths(ctx.config.home).workspaces, taskId);
@@ -189,7 +197,11 @@ export function newTask(ctx: DomainContext, input: NewTask): { taskId: string; r
 export function assertDepthAllowed(ctx: Pick<DomainContext, 'config'>, depth: number, advice: string): void {
   const { maxDepth } = ctx.config;
   if (depth <= maxDepth) return;
-  throw new DomainError('depth_exceeded', `a team led by you would be at depth ${depth}, past the cap of ${maxDepth}; ${advice}`, { depth, max_depth: maxDepth });
+  throw new DomainError(
+    'depth_exceeded',
+    `a team led by you would be at depth ${depth}, past the cap of ${maxDepth}; ${advice}`,
+    { depth, max_depth: maxDepth },
+  );
 }
 
 /**
@@ -217,7 +229,14 @@ export function teamDrafts(
     },
   ];
   const { depthWarning, maxDepth } = ctx.config;
-  if (team.depth > depthWarning) drafts.push({ event: 'depth.warning', task_id: leader.task_id, team_id: team.team_id, depth: team.depth, max_depth: maxDepth });
+  if (team.depth > depthWarning)
+    drafts.push({
+      event: 'depth.warning',
+      task_id: leader.task_id,
+      team_id: team.team_id,
+      depth: team.depth,
+      max_depth: maxDepth,
+    });
   return drafts;
 }
 
@@ -243,7 +262,8 @@ export function createTeam(
   assertAgentsPerTask(ctx, caller.task_id, input.roles.length);
   // The texts each member is handed (its first message and its prompt) are capped like a message.
   assertContentSize(ctx.config, 'task', input.task);
-  for (const [i, role] of input.roles.entries()) assertContentSize(ctx.config, `roles[${i}].description`, role.description);
+  for (const [i, role] of input.roles.entries())
+    assertContentSize(ctx.config, `roles[${i}].description`, role.description);
   assertContentSize(ctx.config, 'rules', input.rules.join('\n'));
   // Each distinct skill is loaded once: a load reads and parses its SKILL.md.
   const bySkill = new Map<string, SkillSpec>();
@@ -263,7 +283,12 @@ export function createTeam(
     }
   }
   const teamId = ctx.ids.next('tm');
-  const drafts = teamDrafts(ctx, caller, { team_id: teamId, name: input.name, depth, task: input.task, rules: input.rules }, 'create_team');
+  const drafts = teamDrafts(
+    ctx,
+    caller,
+    { team_id: teamId, name: input.name, depth, task: input.task, rules: input.rules },
+    'create_team',
+  );
   const team = { team_id: teamId, name: input.name };
   const text = ctx.state.tasks.get(caller.task_id)!.text;
   const members = input.roles.map((role, i) => {
@@ -298,7 +323,12 @@ export type TerminateReason = 'admin' | 'leader' | 'leader_force' | 'root_approv
  * first, `target` last). An agent no spawner runs consumes its sentinel at once (its token
  * stops working). Terminating the root ends the task.
  */
-export function terminationDrafts(state: RegistryState, callerId: string, target: AgentRecord, reason: TerminateReason): EventDraft[] {
+export function terminationDrafts(
+  state: RegistryState,
+  callerId: string,
+  target: AgentRecord,
+  reason: TerminateReason,
+): EventDraft[] {
   const drafts: EventDraft[] = [];
   for (const agent of cascadeOrder(state, target)) {
     if (!agent.terminate_posted) {
@@ -312,7 +342,8 @@ export function terminationDrafts(state: RegistryState, callerId: string, target
     }
     // A spawner ends its agent's process and then acknowledges; an agent no spawner holds
     // consumes its sentinel at once (its token stops working).
-    if (!agent.spawner_id) drafts.push({ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agent.agent_id, via: 'server' });
+    if (!agent.spawner_id)
+      drafts.push({ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agent.agent_id, via: 'server' });
   }
   const task = state.tasks.get(target.task_id);
   if (task && task.root_agent_id === target.agent_id && task.status === 'running') {

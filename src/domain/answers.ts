@@ -27,26 +27,40 @@ export function validateAnswers(questions: readonly QuestionItem[], answers: rea
 
 function validateOne(q: QuestionItem, a: AnswerInput, i: number): Answer {
   const fail = (field: string, message: string) =>
-    new DomainError('invalid_input', `answers[${i}].${field}: ${message}`, { field: `answers[${i}].${field}`, index: i });
+    new DomainError('invalid_input', `answers[${i}].${field}: ${message}`, {
+      field: `answers[${i}].${field}`,
+      index: i,
+    });
   const text = typeof a.text === 'string' && a.text.trim().length > 0 ? a.text : null;
   const chosen = [...new Set(a.selected_labels)];
   // "Other" is the typed-answer path: stored as no label plus the text.
   const labels = chosen.filter((l) => l !== OTHER);
   if (q.options.length === 0) {
-    if (labels.length > 0) throw fail('selected_labels', 'this is a free-text question; leave selected_labels empty and put the answer in text');
+    if (labels.length > 0)
+      throw fail(
+        'selected_labels',
+        'this is a free-text question; leave selected_labels empty and put the answer in text',
+      );
     if (!text) throw fail('text', 'this is a free-text question; text must not be empty');
     return { selected_labels: [], selected_values: [], text };
   }
   const byLabel = new Map(q.options.map((o) => [o.label, o]));
   for (const label of labels) {
     if (!byLabel.has(label)) {
-      throw fail('selected_labels', `"${label}" is not an option (options: ${q.options.map((o) => o.label).join(', ')})`);
+      throw fail(
+        'selected_labels',
+        `"${label}" is not an option (options: ${q.options.map((o) => o.label).join(', ')})`,
+      );
     }
   }
-  if (!q.multiSelect && labels.length > 1) throw fail('selected_labels', 'this is a single-select question; choose one option');
-  if (labels.length === 0 && !text) throw fail('selected_labels', 'choose an option, or leave it empty and type your own answer in text');
-  if (chosen.includes(OTHER) && labels.length > 0 && !q.multiSelect) throw fail('selected_labels', `choose one option, or "${OTHER}" with your text`);
-  if ((chosen.includes(OTHER) || labels.length === 0) && !text) throw fail('text', `"${OTHER}" needs the typed answer in text`);
+  if (!q.multiSelect && labels.length > 1)
+    throw fail('selected_labels', 'this is a single-select question; choose one option');
+  if (labels.length === 0 && !text)
+    throw fail('selected_labels', 'choose an option, or leave it empty and type your own answer in text');
+  if (chosen.includes(OTHER) && labels.length > 0 && !q.multiSelect)
+    throw fail('selected_labels', `choose one option, or "${OTHER}" with your text`);
+  if ((chosen.includes(OTHER) || labels.length === 0) && !text)
+    throw fail('text', `"${OTHER}" needs the typed answer in text`);
   for (const label of labels) {
     if (byLabel.get(label)?.requires_text && !text) throw fail('text', `the option "${label}" requires a text answer`);
   }

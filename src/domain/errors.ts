@@ -101,7 +101,13 @@ export function zodToInvalidInput(error: z.ZodError): DomainError {
 }
 
 /** Which quota a `limit_exceeded` names (`details.limit`). */
-export type LimitName = 'agents_per_task' | 'plan_tasks' | 'teams_per_leader' | 'sessions_per_agent' | 'inbox_streams_per_agent' | 'admin_streams';
+export type LimitName =
+  | 'agents_per_task'
+  | 'plan_tasks'
+  | 'teams_per_leader'
+  | 'sessions_per_agent'
+  | 'inbox_streams_per_agent'
+  | 'admin_streams';
 
 /** A quota refused before anything is written; `setting` is the environment variable that tunes it. */
 export const limitExceeded = (limit: LimitName, max: number, setting: string, message: string) =>

@@ -10,13 +10,21 @@ import { contentTooLarge, DomainError, limitExceeded } from './errors.js';
  */
 
 /** A text one agent hands another (a message, a report, a question, an answer): at most BEIDOU_MAX_CONTENT_CHARS. */
-export function assertContentSize(config: Pick<Config, 'maxContentChars'>, field: string, text: string | null | undefined): void {
+export function assertContentSize(
+  config: Pick<Config, 'maxContentChars'>,
+  field: string,
+  text: string | null | undefined,
+): void {
   const max = config.maxContentChars;
   if (text && text.length > max) throw contentTooLarge(field, max, settingName('maxContentChars'));
 }
 
 /** A task holds at most BEIDOU_MAX_AGENTS_PER_TASK agents, terminated ones included (they stay in memory). */
-export function assertAgentsPerTask(ctx: Pick<DomainContext, 'state' | 'config'>, taskId: string, adding: number): void {
+export function assertAgentsPerTask(
+  ctx: Pick<DomainContext, 'state' | 'config'>,
+  taskId: string,
+  adding: number,
+): void {
   const max = ctx.config.maxAgentsPerTask;
   const now = ctx.state.tasks.get(taskId)?.agent_ids.length ?? 0;
   if (now + adding <= max) return;
@@ -32,7 +40,12 @@ export function assertAgentsPerTask(ctx: Pick<DomainContext, 'state' | 'config'>
 export function assertPlanTasks(ctx: Pick<DomainContext, 'config'>, field: 'roles' | 'tasks', count: number): void {
   const max = ctx.config.maxPlanTasks;
   if (count <= max) return;
-  throw limitExceeded('plan_tasks', max, settingName('maxPlanTasks'), `${field} lists ${count} entries, past the cap of ${max}; split the work into fewer, larger pieces`);
+  throw limitExceeded(
+    'plan_tasks',
+    max,
+    settingName('maxPlanTasks'),
+    `${field} lists ${count} entries, past the cap of ${max}; split the work into fewer, larger pieces`,
+  );
 }
 
 /** A leader leads at most BEIDOU_MAX_TEAMS_PER_LEADER teams. */
@@ -72,7 +85,12 @@ export function assertInboxRoom(
     throw new DomainError(
       'inbox_full',
       `${recipient.name}'s undelivered messages would exceed ${maxChars} characters; wait for it to read them, or send less`,
-      { to: recipient.agent_id, undelivered: recipient.inbox.size, undelivered_chars: recipient.inbox_chars, max_chars: maxChars },
+      {
+        to: recipient.agent_id,
+        undelivered: recipient.inbox.size,
+        undelivered_chars: recipient.inbox_chars,
+        max_chars: maxChars,
+      },
     );
   }
 }

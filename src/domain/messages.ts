@@ -1,5 +1,12 @@
 import type { EventDraft } from '../events/catalogue.js';
-import { BEIDOU, USER, type AgentRecord, type InboxKind, type InboxMessage, type RegistryState } from '../registry/state.js';
+import {
+  BEIDOU,
+  USER,
+  type AgentRecord,
+  type InboxKind,
+  type InboxMessage,
+  type RegistryState,
+} from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
 import { assertContentSize, assertInboxRoom } from './limits.js';
@@ -53,7 +60,10 @@ export function inboxSummary(state: RegistryState, agent: Pick<AgentRecord, 'inb
 }
 
 /** Why an inbox watcher has nothing more to wait for, or null while the agent can still get mail. */
-export function inboxWatchEnd(state: RegistryState, agent: Pick<AgentRecord, 'task_id' | 'terminate_consumed'>): 'agent_terminated' | 'task_ended' | null {
+export function inboxWatchEnd(
+  state: RegistryState,
+  agent: Pick<AgentRecord, 'task_id' | 'terminate_consumed'>,
+): 'agent_terminated' | 'task_ended' | null {
   if (agent.terminate_consumed) return 'agent_terminated';
   const task = state.tasks.get(agent.task_id);
   return task && task.status !== 'running' ? 'task_ended' : null;
@@ -63,7 +73,10 @@ export function inboxWatchEnd(state: RegistryState, agent: Pick<AgentRecord, 'ta
  * The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`, after a
  * `[redelivered] ` prefix when an earlier delivery of it may have reached the agent.
  */
-export function deliveredText(state: RegistryState, message: Pick<InboxMessage, 'from' | 'content' | 'redelivered'>): string {
+export function deliveredText(
+  state: RegistryState,
+  message: Pick<InboxMessage, 'from' | 'content' | 'redelivered'>,
+): string {
   const text = `[from ${displayName(state, message.from)} (${message.from})] ${message.content}`;
   return message.redelivered ? `[redelivered] ${text}` : text;
 }
@@ -92,7 +105,15 @@ export function inboxPosted(
   kind: Exclude<InboxKind, 'message' | 'user'>,
   content: string,
 ): EventDraft {
-  return { event: 'inbox.posted', task_id: to.task_id, to: to.agent_id, from, kind, content, message_id: ctx.ids.next('msg') };
+  return {
+    event: 'inbox.posted',
+    task_id: to.task_id,
+    to: to.agent_id,
+    from,
+    kind,
+    content,
+    message_id: ctx.ids.next('msg'),
+  };
 }
 
 /**
@@ -109,7 +130,14 @@ export function messageDrafts(
   messageId: string = ctx.ids.next('msg'),
 ): EventDraft[] {
   const drafts: EventDraft[] = [
-    { event: 'send_message', task_id: recipient.task_id, caller_id: fromId, to: recipient.agent_id, content, message_id: messageId },
+    {
+      event: 'send_message',
+      task_id: recipient.task_id,
+      caller_id: fromId,
+      to: recipient.agent_id,
+      content,
+      message_id: messageId,
+    },
   ];
   const fromLeader = fromId === USER || fromId === recipient.leader_id;
   if (fromLeader && (recipient.review || recipient.termination_request) && !recipient.terminate_posted) {
@@ -122,7 +150,12 @@ export function messageDrafts(
  * The checks every sender shares (an agent through `send_message`, the user through the
  * admin API), then the message. Refuses oversized content, a terminated recipient and a full inbox.
  */
-export function postMessage(ctx: DomainContext, fromId: string, recipient: AgentRecord, content: string): { messageId: string; drafts: EventDraft[] } {
+export function postMessage(
+  ctx: DomainContext,
+  fromId: string,
+  recipient: AgentRecord,
+  content: string,
+): { messageId: string; drafts: EventDraft[] } {
   assertContentSize(ctx.config, 'content', content);
   if (recipient.terminate_consumed) {
     throw new DomainError(
@@ -159,7 +192,11 @@ export function toLeaderDraft(
  * replaces (`inbox.withdrawn`), so the leader sees one report per child. `undelivered`, when
  * given, narrows them to what no delivery has taken in hand (a spawner push in flight).
  */
-export function pendingReports(state: RegistryState, caller: AgentRecord, undelivered?: ReadonlySet<string>): InboxMessage[] {
+export function pendingReports(
+  state: RegistryState,
+  caller: AgentRecord,
+  undelivered?: ReadonlySet<string>,
+): InboxMessage[] {
   const leader = state.agents.get(caller.leader_id);
   if (!leader) return [];
   return [...leader.inbox.values()].filter(
@@ -167,7 +204,10 @@ export function pendingReports(state: RegistryState, caller: AgentRecord, undeli
   );
 }
 
-export function withdrawnDrafts(leader: Pick<AgentRecord, 'agent_id' | 'task_id'>, messages: readonly InboxMessage[]): EventDraft[] {
+export function withdrawnDrafts(
+  leader: Pick<AgentRecord, 'agent_id' | 'task_id'>,
+  messages: readonly InboxMessage[],
+): EventDraft[] {
   return messages.map((m) => ({
     event: 'inbox.withdrawn' as const,
     task_id: leader.task_id,
@@ -183,8 +223,18 @@ export function withdrawnDrafts(leader: Pick<AgentRecord, 'agent_id' | 'task_id'
  * before the reply; `deliveryDrafts` follows the flush. Replayed alone, it leaves them in
  * the inbox marked `redelivered`.
  */
-export function deliveringDraft(agent: AgentRecord, messages: readonly InboxMessage[], via: 'read_inbox' | 'hook'): EventDraft {
-  return { event: 'delivering', task_id: agent.task_id, caller_id: agent.agent_id, message_ids: messages.map((m) => m.message_id), via };
+export function deliveringDraft(
+  agent: AgentRecord,
+  messages: readonly InboxMessage[],
+  via: 'read_inbox' | 'hook',
+): EventDraft {
+  return {
+    event: 'delivering',
+    task_id: agent.task_id,
+    caller_id: agent.agent_id,
+    message_ids: messages.map((m) => m.message_id),
+    via,
+  };
 }
 
 /** Delivering messages: one `agent_input` each, which takes it out of the inbox. */

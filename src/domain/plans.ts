@@ -1,5 +1,12 @@
 import type { EventDraft } from '../events/catalogue.js';
-import { initialStatus, newlyReady, unmetDeps, validatePlanGraph, type PlanGraphError, type PlanTaskSpec } from '../registry/plan-graph.js';
+import {
+  initialStatus,
+  newlyReady,
+  unmetDeps,
+  validatePlanGraph,
+  type PlanGraphError,
+  type PlanTaskSpec,
+} from '../registry/plan-graph.js';
 import { activePlan, depthOfTeamLedBy } from '../registry/queries.js';
 import type { AgentRecord, PlanRecord, RegistryState } from '../registry/state.js';
 import { agentDrafts, assertDepthAllowed, teamDrafts, type SkillSource } from './agents.js';
@@ -21,7 +28,15 @@ export type PlanLocator = (taskId: string, planId: string) => string;
 /** The plan file: readable JSON with one task per line (indenting every dependency would double its size). */
 function planFileText(head: Record<string, string>, specs: readonly PlanTaskSpec[]): string {
   const fields = Object.entries(head).map(([k, v]) => `  ${JSON.stringify(k)}: ${JSON.stringify(v)},`);
-  return ['{', ...fields, '  "tasks": [', specs.map((t) => `    ${JSON.stringify(t)}`).join(',\n'), '  ]', '}', ''].join('\n');
+  return [
+    '{',
+    ...fields,
+    '  "tasks": [',
+    specs.map((t) => `    ${JSON.stringify(t)}`).join(',\n'),
+    '  ]',
+    '}',
+    '',
+  ].join('\n');
 }
 
 export interface DeclaredPlan {
@@ -34,11 +49,21 @@ export interface DeclaredPlan {
   drafts: EventDraft[];
 }
 
-export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: PlanTaskSpec[], skills: SkillSource, locate: PlanLocator): DeclaredPlan {
+export function declarePlan(
+  ctx: DomainContext,
+  caller: AgentRecord,
+  specs: PlanTaskSpec[],
+  skills: SkillSource,
+  locate: PlanLocator,
+): DeclaredPlan {
   if (caller.active_plan_id) {
-    throw new DomainError('plan_already_declared', `you already have an active plan (${caller.active_plan_id}); call remove_plan first to replan`, {
-      plan_id: caller.active_plan_id,
-    });
+    throw new DomainError(
+      'plan_already_declared',
+      `you already have an active plan (${caller.active_plan_id}); call remove_plan first to replan`,
+      {
+        plan_id: caller.active_plan_id,
+      },
+    );
   }
   assertPlanTasks(ctx, 'tasks', specs.length);
   // A plan task's text becomes its agent's first message: capped like a message.
@@ -66,7 +91,15 @@ export function declarePlan(ctx: DomainContext, caller: AgentRecord, specs: Plan
   const tasks = specs.map((t) => ({ ...t, status: initialStatus(t) as 'ready' | 'blocked' }));
   const text = planFileText({ plan_id: planId, task_id: caller.task_id, owner_agent_id: caller.agent_id }, specs);
   const drafts: EventDraft[] = [
-    { event: 'plan_declared', task_id: caller.task_id, plan_id: planId, owner_agent_id: caller.agent_id, team_id: null, plan_path: file, tasks },
+    {
+      event: 'plan_declared',
+      task_id: caller.task_id,
+      plan_id: planId,
+      owner_agent_id: caller.agent_id,
+      team_id: null,
+      plan_path: file,
+      tasks,
+    },
   ];
   return { planId, file, text, tasks, drafts };
 }
@@ -83,7 +116,12 @@ export function removePlan(ctx: DomainContext, caller: AgentRecord): { plan: Pla
       { in_flight: inFlight.map((t) => ({ task_id: t.id, agent_id: t.agent_id })) },
     );
   }
-  return { plan, drafts: [{ event: 'plan_removed', task_id: caller.task_id, plan_id: plan.plan_id, owner_agent_id: caller.agent_id }] };
+  return {
+    plan,
+    drafts: [
+      { event: 'plan_removed', task_id: caller.task_id, plan_id: plan.plan_id, owner_agent_id: caller.agent_id },
+    ],
+  };
 }
 
 export function activePlanOrRefuse(ctx: Pick<DomainContext, 'state'>, caller: AgentRecord): PlanRecord {
@@ -104,7 +142,10 @@ function spawnablePlanTask(ctx: Pick<DomainContext, 'state'>, caller: AgentRecor
   }
   if (planTask.status === 'blocked') {
     const unmet = unmetDeps(plan.tasks, planTask.depends_on);
-    throw new DomainError('task_not_ready', `"${planTaskId}" waits on ${unmet.join(', ')}`, { task_id: planTaskId, unmet_deps: unmet });
+    throw new DomainError('task_not_ready', `"${planTaskId}" waits on ${unmet.join(', ')}`, {
+      task_id: planTaskId,
+      unmet_deps: unmet,
+    });
   }
   if (planTask.status !== 'ready') {
     throw new DomainError('task_not_pending', `"${planTaskId}" is already ${planTask.status}`, {
@@ -138,12 +179,23 @@ export function spawnForPlanTask(
   const { existing, depth } = spawnTeam(ctx, caller);
   if (!existing) assertTeamsPerLeader(ctx, caller);
   assertAgentsPerTask(ctx, caller.task_id, 1);
-  const skill = skills.require(planTask.skill, null, `the skill "${planTask.skill}" of "${planTaskId}" could not be loaded`);
+  const skill = skills.require(
+    planTask.skill,
+    null,
+    `the skill "${planTask.skill}" of "${planTaskId}" could not be loaded`,
+  );
   const drafts: EventDraft[] = [];
   const team = existing ?? { team_id: ctx.ids.next('tm'), name: `team-${caller.name}` };
   if (!existing) {
     const text = ctx.state.tasks.get(caller.task_id)?.text ?? '';
-    drafts.push(...teamDrafts(ctx, caller, { team_id: team.team_id, name: team.name, depth, task: text, rules: [] }, 'spawn_agent'));
+    drafts.push(
+      ...teamDrafts(
+        ctx,
+        caller,
+        { team_id: team.team_id, name: team.name, depth, task: text, rules: [] },
+        'spawn_agent',
+      ),
+    );
   }
   const agentId = ctx.ids.next('ag');
   drafts.push(
@@ -162,7 +214,14 @@ export function spawnForPlanTask(
       projectWorkspace: caller.project_workspace_path,
       launch: true,
     }),
-    { event: 'task_spawned', task_id: caller.task_id, plan_id: plan.plan_id, plan_task_id: planTaskId, team_id: team.team_id, agent_id: agentId },
+    {
+      event: 'task_spawned',
+      task_id: caller.task_id,
+      plan_id: plan.plan_id,
+      plan_task_id: planTaskId,
+      team_id: team.team_id,
+      agent_id: agentId,
+    },
   );
   return { agentId, teamId: team.team_id, teamCreated: !existing, plan, drafts };
 }
@@ -171,14 +230,24 @@ export function spawnForPlanTask(
  * The plan side of a child's end: approval drives its plan task `in_flight → done` and
  * readies the dependents it unblocks; a forced end drives it to `failed`.
  */
-export function planOutcomeDrafts(state: RegistryState, child: AgentRecord, outcome: 'done' | 'failed', reason: string): EventDraft[] {
+export function planOutcomeDrafts(
+  state: RegistryState,
+  child: AgentRecord,
+  outcome: 'done' | 'failed',
+  reason: string,
+): EventDraft[] {
   if (!child.plan_id || !child.plan_task_id) return [];
   const plan = state.plans.get(child.plan_id);
   const planTask = plan?.tasks.get(child.plan_task_id);
   if (!plan || !planTask || planTask.status !== 'in_flight') return [];
   const base = { task_id: child.task_id, plan_id: plan.plan_id };
   if (outcome === 'failed') return [{ event: 'task_failed', ...base, plan_task_id: planTask.id, reason }];
-  const after = new Map([...plan.tasks].map(([id, t]) => [id, { status: id === planTask.id ? ('done' as const) : t.status, depends_on: t.depends_on }]));
+  const after = new Map(
+    [...plan.tasks].map(([id, t]) => [
+      id,
+      { status: id === planTask.id ? ('done' as const) : t.status, depends_on: t.depends_on },
+    ]),
+  );
   return [
     { event: 'task_done', ...base, plan_task_id: planTask.id },
     ...newlyReady(after).map((id) => ({ event: 'task_ready' as const, ...base, plan_task_id: id })),
@@ -190,19 +259,32 @@ function planGraphError(problem: PlanGraphError): DomainError {
     case 'empty_plan':
       return new DomainError('empty_plan', 'tasks is empty; a plan needs at least one task');
     case 'duplicate_task_id':
-      return new DomainError('duplicate_task_id', `tasks[${problem.indexes[0]}] and tasks[${problem.indexes[1]}] share the id "${problem.id}"`, {
-        id: problem.id,
-        indexes: problem.indexes,
-      });
+      return new DomainError(
+        'duplicate_task_id',
+        `tasks[${problem.indexes[0]}] and tasks[${problem.indexes[1]}] share the id "${problem.id}"`,
+        {
+          id: problem.id,
+          indexes: problem.indexes,
+        },
+      );
     case 'self_dep':
-      return new DomainError('self_dep', `tasks[${problem.index}] ("${problem.id}") lists itself in depends_on`, { id: problem.id, field: `tasks[${problem.index}].depends_on` });
-    case 'unknown_dep':
-      return new DomainError('unknown_dep', `tasks[${problem.index}] ("${problem.id}") depends on "${problem.dep}", which is not a task of this plan`, {
+      return new DomainError('self_dep', `tasks[${problem.index}] ("${problem.id}") lists itself in depends_on`, {
         id: problem.id,
-        dep: problem.dep,
         field: `tasks[${problem.index}].depends_on`,
       });
+    case 'unknown_dep':
+      return new DomainError(
+        'unknown_dep',
+        `tasks[${problem.index}] ("${problem.id}") depends on "${problem.dep}", which is not a task of this plan`,
+        {
+          id: problem.id,
+          dep: problem.dep,
+          field: `tasks[${problem.index}].depends_on`,
+        },
+      );
     case 'cycle_detected':
-      return new DomainError('cycle_detected', `the dependencies form a cycle: ${problem.chain.join(' -> ')}`, { chain: problem.chain });
+      return new DomainError('cycle_detected', `the dependencies form a cycle: ${problem.chain.join(' -> ')}`, {
+        chain: problem.chain,
+      });
   }
 }

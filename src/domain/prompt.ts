@@ -36,7 +36,10 @@ When your deliverables are ready, call mcp__beidou__signal_review with a detail 
 - Leader action options: approve (terminate_child) or rework (send_message with what to change).`;
 
 export function substitute(body: string, vars: PromptVars): string {
-  return body.replace(/\{(role|role_description|team_name|workspace_path|project_workspace_path)\}/g, (_m, key: keyof PromptVars) => vars[key]);
+  return body.replace(
+    /\{(role|role_description|team_name|workspace_path|project_workspace_path)\}/g,
+    (_m, key: keyof PromptVars) => vars[key],
+  );
 }
 
 export function identityBlock(id: Identity): string {
@@ -52,7 +55,9 @@ export function identityBlock(id: Identity): string {
 }
 
 export function assemblePrompt(skill: { body: string }, id: Identity): string {
-  return [substitute(skill.body, id), identityBlock(id), PERSISTENT_AGENT_CONTRACT, COMPLETION_HANDOFF_CONTRACT].join('\n\n');
+  return [substitute(skill.body, id), identityBlock(id), PERSISTENT_AGENT_CONTRACT, COMPLETION_HANDOFF_CONTRACT].join(
+    '\n\n',
+  );
 }
 
 /** A plan-spawned agent's first message starts with its assignment block (in the user turn, not the prompt). */

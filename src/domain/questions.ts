@@ -53,15 +53,31 @@ export function ask(
       subject_agent_id: null,
     },
   ];
-  if (holder) drafts.push(inboxQuestion(ctx, qid, { agent_id: holder, task_id: asker.task_id }, asker, questions, context, asker.agent_id));
+  if (holder)
+    drafts.push(
+      inboxQuestion(ctx, qid, { agent_id: holder, task_id: asker.task_id }, asker, questions, context, asker.agent_id),
+    );
   return { qid, drafts, repeated: false };
 }
 
 /** The asker's own pending `ask_user` question equal to this one that no call waits for, oldest first. */
-function pendingRepeat(ctx: DomainContext, asker: AgentRecord, questions: QuestionItem[], context: string | null, waiting: (qid: string) => boolean): QuestionRecord | null {
+function pendingRepeat(
+  ctx: DomainContext,
+  asker: AgentRecord,
+  questions: QuestionItem[],
+  context: string | null,
+  waiting: (qid: string) => boolean,
+): QuestionRecord | null {
   const wanted = canonical(questions);
   for (const q of ctx.state.questions.values()) {
-    if (q.asker !== asker.agent_id || q.status !== 'pending' || q.origin !== 'ask_user' || q.context !== context || waiting(q.qid)) continue;
+    if (
+      q.asker !== asker.agent_id ||
+      q.status !== 'pending' ||
+      q.origin !== 'ask_user' ||
+      q.context !== context ||
+      waiting(q.qid)
+    )
+      continue;
     if (canonical(q.questions) === wanted) return q;
   }
   return null;
@@ -70,29 +86,47 @@ function pendingRepeat(ctx: DomainContext, asker: AgentRecord, questions: Questi
 /** JSON with every object's keys sorted: the same questions compare equal whatever their key order. */
 function canonical(value: unknown): string {
   return JSON.stringify(value, (_key, v: unknown) =>
-    v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : v,
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+        )
+      : v,
   );
 }
 
 /** One hop up: to the holder's leader, or to the user gateway from the root (`newHolder` null). */
-export function escalate(ctx: DomainContext, by: AgentRecord, qid: string, reason: string): { newHolder: string | null; drafts: EventDraft[] } {
+export function escalate(
+  ctx: DomainContext,
+  by: AgentRecord,
+  qid: string,
+  reason: string,
+): { newHolder: string | null; drafts: EventDraft[] } {
   const q = questionOrRefuse(ctx, qid);
   if (q.task_id !== by.task_id) throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
   const holder = questionHolder(q);
   if (holder !== by.agent_id) {
     if (q.status !== 'pending' || q.chain.includes(by.agent_id)) {
-      throw new DomainError('stale', `question ${qid} is no longer yours to escalate (it is ${q.status === 'pending' ? `with ${holder}` : q.status})`, {
-        qid,
-        status: q.status,
-      });
+      throw new DomainError(
+        'stale',
+        `question ${qid} is no longer yours to escalate (it is ${q.status === 'pending' ? `with ${holder}` : q.status})`,
+        {
+          qid,
+          status: q.status,
+        },
+      );
     }
     throw new DomainError('not_holder', `question ${qid} is held by ${holder}, not you`, { qid, holder });
   }
   refuseSettled(q);
   const next = by.leader_id === USER ? null : by.leader_id;
-  const drafts: EventDraft[] = [{ event: 'question_escalated', task_id: q.task_id, qid, by: by.agent_id, new_holder: next, reason }];
+  const drafts: EventDraft[] = [
+    { event: 'question_escalated', task_id: q.task_id, qid, by: by.agent_id, new_holder: next, reason },
+  ];
   const asker = ctx.state.agents.get(q.asker);
-  if (next && asker) drafts.push(inboxQuestion(ctx, qid, { agent_id: next, task_id: q.task_id }, asker, q.questions, q.context, BEIDOU, by));
+  if (next && asker)
+    drafts.push(
+      inboxQuestion(ctx, qid, { agent_id: next, task_id: q.task_id }, asker, q.questions, q.context, BEIDOU, by),
+    );
   return { newHolder: next, drafts };
 }
 
@@ -115,7 +149,11 @@ export function answer(
     if (q.task_id !== by.task_id) throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
     const holder = questionHolder(q);
     if (holder !== by.agent_id) {
-      throw new DomainError('not_holder', `question ${qid} is held by ${holder}; only the agent it was last routed to may answer`, { qid, holder });
+      throw new DomainError(
+        'not_holder',
+        `question ${qid} is held by ${holder}; only the agent it was last routed to may answer`,
+        { qid, holder },
+      );
     }
   }
   refuseSettled(q);
@@ -123,11 +161,22 @@ export function answer(
   const answers = validateAnswers(q.questions, input);
   const answerText = renderAnswerText(q.questions, answers);
   const drafts: EventDraft[] = [
-    { event: 'question_answered', task_id: q.task_id, qid, asker: q.asker, chain_len: q.chain.length, answers, answer_text: answerText, by: byId, reason },
+    {
+      event: 'question_answered',
+      task_id: q.task_id,
+      qid,
+      asker: q.asker,
+      chain_len: q.chain.length,
+      answers,
+      answer_text: answerText,
+      by: byId,
+      reason,
+    },
   ];
   const asker = ctx.state.agents.get(q.asker);
   if (q.asker === BEIDOU) drafts.push(...answerEffects(ctx, q, answers, answerText));
-  else if (asker && !asker.terminate_consumed && !askerWaiting) drafts.push(inboxPosted(ctx, asker, byId, 'answer', `[ANSWER ${qid}] ${answerText}`));
+  else if (asker && !asker.terminate_consumed && !askerWaiting)
+    drafts.push(inboxPosted(ctx, asker, byId, 'answer', `[ANSWER ${qid}] ${answerText}`));
   return drafts;
 }
 
@@ -151,7 +200,8 @@ export function decline(ctx: DomainContext, qid: string, reason: string, askerWa
 export function lateAnswer(ctx: DomainContext, q: QuestionRecord): EventDraft[] {
   const asker = ctx.state.agents.get(q.asker);
   if (!asker || asker.terminate_consumed || q.status === 'pending') return [];
-  const text = q.status === 'answered' ? (q.answer_text ?? '') : `The user declined to answer: ${q.audit.at(-1)?.reason ?? ''}`;
+  const text =
+    q.status === 'answered' ? (q.answer_text ?? '') : `The user declined to answer: ${q.audit.at(-1)?.reason ?? ''}`;
   return [inboxPosted(ctx, asker, q.answered_by ?? USER, 'answer', `[ANSWER ${q.qid}] ${text}`)];
 }
 
@@ -162,7 +212,8 @@ function questionOrRefuse(ctx: DomainContext, qid: string): QuestionRecord {
 }
 
 function refuseSettled(q: QuestionRecord): void {
-  if (q.status !== 'pending') throw new DomainError('stale', `question ${q.qid} was already ${q.status}`, { qid: q.qid, status: q.status });
+  if (q.status !== 'pending')
+    throw new DomainError('stale', `question ${q.qid} was already ${q.status}`, { qid: q.qid, status: q.status });
 }
 
 /** The `[INBOX QUESTION qid]` message a holder receives, with the two ways to act on it. */
@@ -180,7 +231,10 @@ function inboxQuestion(
     `[INBOX QUESTION ${qid}] from ${asker.name} (${asker.agent_id})${escalatedBy ? `, escalated by ${escalatedBy.name} (${escalatedBy.agent_id})` : ''}`,
     ...(context ? [`Context: ${context}`] : []),
     ...questions.map((q, i) => {
-      const options = q.options.length === 0 ? 'free text' : q.options.map((o) => o.label).join(' / ') + (q.multiSelect ? ' (choose any)' : ' (choose one)');
+      const options =
+        q.options.length === 0
+          ? 'free text'
+          : q.options.map((o) => o.label).join(' / ') + (q.multiSelect ? ' (choose any)' : ' (choose one)');
       return `${i + 1}. ${q.header ? `[${q.header}] ` : ''}${q.question} — ${options}`;
     }),
     `Answer with mcp__beidou__answer_question {qid: "${qid}", answers: [...], reason} if you can; otherwise mcp__beidou__escalate_question {qid: "${qid}", reason}.`,

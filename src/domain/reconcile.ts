@@ -52,7 +52,8 @@ export function reconcile(
     if (since !== undefined && now - since < heartbeatS) continue;
     const drafts = missingProcess(ctx, spawnerId, agent);
     out.drafts.push(...drafts);
-    if (!drafts.some((d) => d.event === 'agent_completed' && d.stop_reason === 'crash_escalated')) out.relaunch.push(agent.agent_id);
+    if (!drafts.some((d) => d.event === 'agent_completed' && d.stop_reason === 'crash_escalated'))
+      out.relaunch.push(agent.agent_id);
   }
   return out;
 }
@@ -67,14 +68,41 @@ function missingProcess(ctx: DomainContext, spawnerId: string, agent: AgentRecor
   const base = { task_id: agent.task_id };
   const msg = 'its spawner no longer runs it (reconciliation)';
   const drafts: EventDraft[] = [
-    { event: 'agent_crashed', ...base, caller_id: agent.agent_id, exception: 'ProcessMissing', msg, strike_count: strike, stderr: '' },
+    {
+      event: 'agent_crashed',
+      ...base,
+      caller_id: agent.agent_id,
+      exception: 'ProcessMissing',
+      msg,
+      strike_count: strike,
+      stderr: '',
+    },
   ];
   if (strike < CRASH_STRIKES) {
-    drafts.push({ event: 'agent_completed', ...base, agent_id: agent.agent_id, terminated: false, stop_reason: 'crashed' });
+    drafts.push({
+      event: 'agent_completed',
+      ...base,
+      agent_id: agent.agent_id,
+      terminated: false,
+      stop_reason: 'crashed',
+    });
     return drafts;
   }
-  if (agent.leader_id === USER) drafts.push({ event: 'root_crash_escalation', ...base, agent_id: agent.agent_id, crash_strikes: strike, stderr: '' });
-  drafts.push({ event: 'agent_completed', ...base, agent_id: agent.agent_id, terminated: false, stop_reason: 'crash_escalated' });
+  if (agent.leader_id === USER)
+    drafts.push({
+      event: 'root_crash_escalation',
+      ...base,
+      agent_id: agent.agent_id,
+      crash_strikes: strike,
+      stderr: '',
+    });
+  drafts.push({
+    event: 'agent_completed',
+    ...base,
+    agent_id: agent.agent_id,
+    terminated: false,
+    stop_reason: 'crash_escalated',
+  });
   // The same answer to an escalation as when a spawner reports one: [AGENT DOWN], or a question.
   return spawnerReport(ctx, spawnerId, agent.agent_id, drafts);
 }

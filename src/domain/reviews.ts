@@ -28,12 +28,24 @@ export interface ClosedGate {
  * The review gate, for one tool an agent is about to use (a Beidou tool not allowed during
  * a review, or one of Claude Code's own outside the reading set): null while it is open.
  */
-export function reviewGate(ctx: Pick<DomainContext, 'state'>, caller: AgentRecord, toolName: string): ClosedGate | null {
+export function reviewGate(
+  ctx: Pick<DomainContext, 'state'>,
+  caller: AgentRecord,
+  toolName: string,
+): ClosedGate | null {
   const pending = childrenPendingReview(ctx.state, caller);
   if (pending.length === 0) return null;
   const pendingChildIds = pending.map((c) => c.agent_id);
   return {
-    drafts: [{ event: 'review_gate.denied', task_id: caller.task_id, caller_id: caller.agent_id, tool_name: toolName, pending_child_ids: pendingChildIds }],
+    drafts: [
+      {
+        event: 'review_gate.denied',
+        task_id: caller.task_id,
+        caller_id: caller.agent_id,
+        tool_name: toolName,
+        pending_child_ids: pendingChildIds,
+      },
+    ],
     pendingChildIds,
     waiting: `${pending.map((c) => `${c.name} (${c.agent_id})`).join(', ')} signalled review and waits on you`,
   };
@@ -55,10 +67,17 @@ const ENVELOPES = ['[review required]', '[iteration ready]'];
  * A report of the caller's still waiting in the leader's inbox is withdrawn in the same
  * commit (`undelivered`: the message ids no delivery has in hand, see `pendingReports`).
  */
-export function signalReview(ctx: DomainContext, caller: AgentRecord, detail: string, undelivered?: ReadonlySet<string>): EventDraft[] {
+export function signalReview(
+  ctx: DomainContext,
+  caller: AgentRecord,
+  detail: string,
+  undelivered?: ReadonlySet<string>,
+): EventDraft[] {
   assertContentSize(ctx.config, 'detail', detail);
   if (detail.trim().length === 0) {
-    throw new DomainError('envelope_missing', 'detail is empty; write a report starting with [REVIEW REQUIRED]', { reason: 'detail_empty' });
+    throw new DomainError('envelope_missing', 'detail is empty; write a report starting with [REVIEW REQUIRED]', {
+      reason: 'detail_empty',
+    });
   }
   const lower = detail.toLowerCase();
   if (!ENVELOPES.some((marker) => lower.includes(marker))) {
@@ -86,7 +105,13 @@ export function signalReview(ctx: DomainContext, caller: AgentRecord, detail: st
   }
   return [
     { event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'review_pending', detail },
-    { event: 'liveness_check', task_id: caller.task_id, agent_id: caller.agent_id, team_id: caller.team_id, all_done: allDone },
+    {
+      event: 'liveness_check',
+      task_id: caller.task_id,
+      agent_id: caller.agent_id,
+      team_id: caller.team_id,
+      all_done: allDone,
+    },
     ...handOver,
   ];
 }
@@ -98,13 +123,19 @@ export function requestTermination(ctx: DomainContext, caller: AgentRecord, deta
   if (plan) {
     const unfinished = [...plan.tasks.values()].filter((t) => t.status !== 'done' && t.status !== 'failed');
     if (unfinished.length > 0) {
-      throw new DomainError('plan_incomplete', `your plan still has unfinished tasks: ${unfinished.map((t) => `${t.id} (${t.status})`).join(', ')}`, {
-        plan_id: plan.plan_id,
-        unfinished: unfinished.map((t) => ({ task_id: t.id, status: t.status })),
-      });
+      throw new DomainError(
+        'plan_incomplete',
+        `your plan still has unfinished tasks: ${unfinished.map((t) => `${t.id} (${t.status})`).join(', ')}`,
+        {
+          plan_id: plan.plan_id,
+          unfinished: unfinished.map((t) => ({ task_id: t.id, status: t.status })),
+        },
+      );
     }
   }
-  const drafts: EventDraft[] = [{ event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'termination_requested', detail }];
+  const drafts: EventDraft[] = [
+    { event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'termination_requested', detail },
+  ];
   if (caller.leader_id === USER) return [...drafts, ...rootTerminationQuestion(ctx, caller, detail)];
   const content = `[TERMINATION REQUESTED] ${caller.name} reports its work complete and asks to be terminated (terminate_child to accept, send_message to reject).${detail ? `\n\n${detail}` : ''}`;
   return [...drafts, toLeaderDraft(ctx, caller, 'termination_request', content)];
@@ -114,11 +145,18 @@ export function requestTermination(ctx: DomainContext, caller: AgentRecord, deta
  * `terminate_child`: approval of a pending hand-off (its plan task done, dependents ready),
  * or with `force` an end without one (its plan task failed); either way the cascade.
  */
-export function terminateChild(ctx: DomainContext, caller: AgentRecord, targetId: string, force: boolean): EventDraft[] {
+export function terminateChild(
+  ctx: DomainContext,
+  caller: AgentRecord,
+  targetId: string,
+  force: boolean,
+): EventDraft[] {
   const { state } = ctx;
   const target = state.agents.get(targetId);
   if (!target || target.task_id !== caller.task_id) {
-    throw new DomainError('unknown_agent', `no agent ${targetId} in your task; use list_peers with scope "children"`, { agent_id: targetId });
+    throw new DomainError('unknown_agent', `no agent ${targetId} in your task; use list_peers with scope "children"`, {
+      agent_id: targetId,
+    });
   }
   const team = target.team_id ? state.teams.get(target.team_id) : undefined;
   if (!team || team.leader_id !== caller.agent_id || target.agent_id === caller.agent_id) {
@@ -128,9 +166,13 @@ export function terminateChild(ctx: DomainContext, caller: AgentRecord, targetId
     });
   }
   if (target.terminate_posted) {
-    throw new DomainError('already_terminating', `${target.name} is already ${target.terminate_consumed ? 'terminated' : 'terminating'}; nothing to do`, {
-      agent_id: targetId,
-    });
+    throw new DomainError(
+      'already_terminating',
+      `${target.name} is already ${target.terminate_consumed ? 'terminated' : 'terminating'}; nothing to do`,
+      {
+        agent_id: targetId,
+      },
+    );
   }
   const pending = target.review !== null || target.termination_request !== null;
   if (!pending && !force) {
@@ -146,7 +188,14 @@ export function terminateChild(ctx: DomainContext, caller: AgentRecord, targetId
         ...planOutcomeDrafts(state, target, 'done', 'approved'),
       ]
     : [
-        { event: 'terminate.forced', task_id: caller.task_id, caller_id: caller.agent_id, agent_id: targetId, team_id: target.team_id, reason: 'leader_force' },
+        {
+          event: 'terminate.forced',
+          task_id: caller.task_id,
+          caller_id: caller.agent_id,
+          agent_id: targetId,
+          team_id: target.team_id,
+          reason: 'leader_force',
+        },
         ...planOutcomeDrafts(state, target, 'failed', 'leader_force'),
       ];
   return [...drafts, ...terminationDrafts(state, caller.agent_id, target, pending ? 'leader' : 'leader_force')];

@@ -46,7 +46,14 @@ export function resumable(agent: AgentRecord): boolean {
 
 export function launchAssigned(agent: AgentRecord, spawnerId: string): EventDraft {
   const resume = resumable(agent);
-  return { event: 'launch.assigned', task_id: agent.task_id, agent_id: agent.agent_id, spawner_id: spawnerId, resume, session_id: resume ? agent.session_id : null };
+  return {
+    event: 'launch.assigned',
+    task_id: agent.task_id,
+    agent_id: agent.agent_id,
+    spawner_id: spawnerId,
+    resume,
+    session_id: resume ? agent.session_id : null,
+  };
 }
 
 /**
@@ -58,16 +65,28 @@ export function spawnerLost(state: RegistryState, spawnerId: string): EventDraft
   for (const a of agentsOf(state, spawnerId)) byTask.set(a.task_id, [...(byTask.get(a.task_id) ?? []), a]);
   const drafts: EventDraft[] = [];
   for (const [taskId, agents] of byTask) {
-    drafts.push({ event: 'spawner.lost', task_id: taskId, spawner_id: spawnerId, agent_ids: agents.map((a) => a.agent_id) });
+    drafts.push({
+      event: 'spawner.lost',
+      task_id: taskId,
+      spawner_id: spawnerId,
+      agent_ids: agents.map((a) => a.agent_id),
+    });
     for (const a of agents) {
-      if (a.terminate_posted && !a.terminate_consumed) drafts.push({ event: 'terminate.consumed', task_id: taskId, agent_id: a.agent_id, via: 'server' });
+      if (a.terminate_posted && !a.terminate_consumed)
+        drafts.push({ event: 'terminate.consumed', task_id: taskId, agent_id: a.agent_id, via: 'server' });
     }
   }
   return drafts;
 }
 
 /** The spawner started the agent's process; refused for an agent being terminated (end it instead). */
-export function agentStarted(state: RegistryState, spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean): EventDraft[] {
+export function agentStarted(
+  state: RegistryState,
+  spawnerId: string,
+  agentId: string,
+  sessionId: string | null,
+  resumed: boolean,
+): EventDraft[] {
   const agent = ownAgent(state, spawnerId, agentId);
   if (agent.terminate_posted) throw new NotYourAgent(agentId, 'is being terminated; end its process');
   return [
@@ -91,8 +110,17 @@ export function agentStarted(state: RegistryState, spawnerId: string, agentId: s
 export function terminationAcknowledged(state: RegistryState, spawnerId: string, agentId: string): EventDraft[] {
   if (state.agents.get(agentId)?.terminate_consumed) return [];
   const agent = ownAgent(state, spawnerId, agentId);
-  const drafts: EventDraft[] = [{ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agentId, via: 'spawner' }];
-  if (agent.running) drafts.unshift({ event: 'agent_completed', task_id: agent.task_id, agent_id: agentId, terminated: true, stop_reason: 'end_turn' });
+  const drafts: EventDraft[] = [
+    { event: 'terminate.consumed', task_id: agent.task_id, agent_id: agentId, via: 'spawner' },
+  ];
+  if (agent.running)
+    drafts.unshift({
+      event: 'agent_completed',
+      task_id: agent.task_id,
+      agent_id: agentId,
+      terminated: true,
+      stop_reason: 'end_turn',
+    });
   return drafts;
 }
 
@@ -101,12 +129,24 @@ export function terminationAcknowledged(state: RegistryState, spawnerId: string,
  * in the same commit: a message to the leader, or for the root a question to the user.
  * Nobody needs telling that an agent already being terminated has stopped.
  */
-export function spawnerReport(ctx: DomainContext, spawnerId: string, agentId: string, drafts: EventDraft[]): EventDraft[] {
+export function spawnerReport(
+  ctx: DomainContext,
+  spawnerId: string,
+  agentId: string,
+  drafts: EventDraft[],
+): EventDraft[] {
   const agent = ownAgent(ctx.state, spawnerId, agentId);
   if (agent.terminate_posted) return drafts;
   const escalations = drafts.flatMap((d) =>
-    d.event === 'agent_completed' && (d.stop_reason === 'crash_escalated' || d.stop_reason === 'contract_violation_escalated')
-      ? agentDown(ctx, agent, d.stop_reason === 'crash_escalated' ? 'it crashed three times in a row' : 'it exited on its own three times in a row')
+    d.event === 'agent_completed' &&
+    (d.stop_reason === 'crash_escalated' || d.stop_reason === 'contract_violation_escalated')
+      ? agentDown(
+          ctx,
+          agent,
+          d.stop_reason === 'crash_escalated'
+            ? 'it crashed three times in a row'
+            : 'it exited on its own three times in a row',
+        )
       : [],
   );
   return [...drafts, ...escalations];
@@ -135,7 +175,12 @@ export function spoolHighWater(state: RegistryState, spawnerId: string): number 
  * report and its mark cannot be separated by a crash); nothing for an unknown agent, whose
  * report is refused anyway.
  */
-export function spooledMark(state: RegistryState, spawnerId: string, agentId: string, seq: number | null): EventDraft[] {
+export function spooledMark(
+  state: RegistryState,
+  spawnerId: string,
+  agentId: string,
+  seq: number | null,
+): EventDraft[] {
   const agent = state.agents.get(agentId);
   if (seq === null || !agent) return [];
   return [{ event: 'spawner.spooled', task_id: agent.task_id, spawner_id: spawnerId, spool_seq: seq }];

@@ -1,6 +1,14 @@
 import type { EventDraft } from '../events/catalogue.js';
 import { hasPendingSystemQuestion } from '../registry/queries.js';
-import { BEIDOU, USER, type AgentRecord, type Answer, type QuestionItem, type QuestionOrigin, type QuestionRecord } from '../registry/state.js';
+import {
+  BEIDOU,
+  USER,
+  type AgentRecord,
+  type Answer,
+  type QuestionItem,
+  type QuestionOrigin,
+  type QuestionRecord,
+} from '../registry/state.js';
 import { terminationDrafts } from './agents.js';
 import { promptSummary } from './answers.js';
 import type { DomainContext } from './context.js';
@@ -24,7 +32,18 @@ function systemQuestion(
 ): EventDraft[] {
   const qid = ctx.ids.next('q');
   return [
-    { event: 'question_asked', task_id: subject.task_id, qid, asker: BEIDOU, holder: null, prompt: promptSummary(questions), questions, context, origin, subject_agent_id: subject.agent_id },
+    {
+      event: 'question_asked',
+      task_id: subject.task_id,
+      qid,
+      asker: BEIDOU,
+      holder: null,
+      prompt: promptSummary(questions),
+      questions,
+      context,
+      origin,
+      subject_agent_id: subject.agent_id,
+    },
     ...alongside(qid),
   ];
 }
@@ -40,8 +59,17 @@ function approveOrRework(question: string): QuestionItem {
     header: 'Root review',
     multiSelect: false,
     options: [
-      { label: 'Approve', description: 'Accept the work: the root and every agent under it are terminated and the task is done.', value: 'approve' },
-      { label: 'Rework', description: 'Send it back with your instructions (type them in the text).', value: 'rework', requires_text: true },
+      {
+        label: 'Approve',
+        description: 'Accept the work: the root and every agent under it are terminated and the task is done.',
+        value: 'approve',
+      },
+      {
+        label: 'Rework',
+        description: 'Send it back with your instructions (type them in the text).',
+        value: 'rework',
+        requires_text: true,
+      },
     ],
   };
 }
@@ -49,7 +77,13 @@ function approveOrRework(question: string): QuestionItem {
 /** The root's signal_review becomes an Approve / Rework question at the gateway (one at a time). */
 export function rootReviewQuestion(ctx: DomainContext, root: AgentRecord, detail: string): EventDraft[] {
   if (hasPendingSystemQuestion(ctx.state, 'root_review', root.agent_id)) return [];
-  return systemQuestion(ctx, 'root_review', root, [approveOrRework(`The root agent ${root.name} reports its work ready for review:\n\n${detail}`)], detail);
+  return systemQuestion(
+    ctx,
+    'root_review',
+    root,
+    [approveOrRework(`The root agent ${root.name} reports its work ready for review:\n\n${detail}`)],
+    detail,
+  );
 }
 
 /** The root's request_termination, likewise. */
@@ -60,7 +94,13 @@ export function rootTerminationQuestion(ctx: DomainContext, root: AgentRecord, d
 }
 
 /** Watchdog pass A, third strike: a review its leader does not answer goes to the user. */
-export function reviewEscalation(ctx: DomainContext, child: AgentRecord, leader: AgentRecord, pending: 'review' | 'termination', ageS: number): EventDraft[] {
+export function reviewEscalation(
+  ctx: DomainContext,
+  child: AgentRecord,
+  leader: AgentRecord,
+  pending: 'review' | 'termination',
+  ageS: number,
+): EventDraft[] {
   const what = pending === 'review' ? 'review of its hand-off' : 'decision on its termination request';
   return systemQuestion(
     ctx,
@@ -73,7 +113,16 @@ export function reviewEscalation(ctx: DomainContext, child: AgentRecord, leader:
       ),
     ],
     (child.review ?? child.termination_request)?.detail ?? null,
-    (qid) => [{ event: 'review.escalated_to_user', task_id: child.task_id, agent_id: child.agent_id, leader_id: leader.agent_id, pending, qid }],
+    (qid) => [
+      {
+        event: 'review.escalated_to_user',
+        task_id: child.task_id,
+        agent_id: child.agent_id,
+        leader_id: leader.agent_id,
+        pending,
+        qid,
+      },
+    ],
   );
 }
 
@@ -90,7 +139,9 @@ export function idleEscalation(ctx: DomainContext, agent: AgentRecord, idleS: nu
       ),
     ],
     null,
-    (qid) => [{ event: 'liveness.escalated_to_user', task_id: agent.task_id, agent_id: agent.agent_id, idle_s: idleS, qid }],
+    (qid) => [
+      { event: 'liveness.escalated_to_user', task_id: agent.task_id, agent_id: agent.agent_id, idle_s: idleS, qid },
+    ],
   );
 }
 
@@ -111,7 +162,12 @@ export function agentFailureQuestion(ctx: DomainContext, agent: AgentRecord, wha
 }
 
 /** What answering one of the server's own questions does, in the same commit as the answer. */
-export function answerEffects(ctx: DomainContext, q: QuestionRecord, answers: Answer[], answerText: string): EventDraft[] {
+export function answerEffects(
+  ctx: DomainContext,
+  q: QuestionRecord,
+  answers: Answer[],
+  answerText: string,
+): EventDraft[] {
   const subject = liveSubject(ctx, q);
   if (!subject) return [];
   if (q.origin === 'root_review' || q.origin === 'root_termination') {

@@ -1,6 +1,14 @@
 import type { EventDraft } from '../events/catalogue.js';
 import { directChildren } from '../registry/queries.js';
-import { BEIDOU, USER, type AgentRecord, type PendingHandoff, type QuestionRecord, type RegistryState, type TaskRecord } from '../registry/state.js';
+import {
+  BEIDOU,
+  USER,
+  type AgentRecord,
+  type PendingHandoff,
+  type QuestionRecord,
+  type RegistryState,
+  type TaskRecord,
+} from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { inboxPosted } from './messages.js';
 import { idleEscalation, reviewEscalation } from './system-questions.js';
@@ -38,7 +46,12 @@ export function liveAgents(state: RegistryState, task: TaskRecord): AgentRecord[
  * Pass A for one child and one kind of hand-off: a ping to its leader, the escalation to
  * the user on the third strike, or nothing (null).
  */
-export function reviewPing(ctx: DomainContext, child: AgentRecord, pending: 'review' | 'termination', now: number): EventDraft[] | null {
+export function reviewPing(
+  ctx: DomainContext,
+  child: AgentRecord,
+  pending: 'review' | 'termination',
+  now: number,
+): EventDraft[] | null {
   const { state, config } = ctx;
   if (child.leader_id === USER) return null; // the root's hand-offs went to the gateway directly
   const leader = state.agents.get(child.leader_id);
@@ -46,7 +59,8 @@ export function reviewPing(ctx: DomainContext, child: AgentRecord, pending: 'rev
   const handoff: PendingHandoff | null = pending === 'review' ? child.review : child.termination_request;
   if (!handoff || handoff.escalated) return null;
   if (now - handoff.last_ping_at < config.reviewPingS) return null;
-  if (handoff.pings + 1 >= PINGS_BEFORE_ESCALATION) return reviewEscalation(ctx, child, leader, pending, now - handoff.since);
+  if (handoff.pings + 1 >= PINGS_BEFORE_ESCALATION)
+    return reviewEscalation(ctx, child, leader, pending, now - handoff.since);
   const what = pending === 'review' ? 'signalled review' : 'requested termination';
   return [
     inboxPosted(
@@ -56,17 +70,32 @@ export function reviewPing(ctx: DomainContext, child: AgentRecord, pending: 'rev
       'system',
       `[REVIEW PENDING] ${child.name} (${child.agent_id}) ${what} ${Math.round(now - handoff.since)} s ago and is waiting on you. Approve with terminate_child or send rework with send_message (list_pending_reviews shows every pending hand-off).`,
     ),
-    { event: 'completion.reping', task_id: child.task_id, agent_id: child.agent_id, leader_id: leader.agent_id, ping_count: handoff.pings + 1, pending },
+    {
+      event: 'completion.reping',
+      task_id: child.task_id,
+      agent_id: child.agent_id,
+      leader_id: leader.agent_id,
+      ping_count: handoff.pings + 1,
+      pending,
+    },
   ];
 }
 
 /** The task's pending questions, which pass B reads once per pass. */
 export function pendingQuestions(state: RegistryState, task: TaskRecord): QuestionRecord[] {
-  return task.question_ids.map((id) => state.questions.get(id)).filter((q) => q?.status === 'pending') as QuestionRecord[];
+  return task.question_ids
+    .map((id) => state.questions.get(id))
+    .filter((q) => q?.status === 'pending') as QuestionRecord[];
 }
 
 /** Pass B for one agent: a nudge, the escalation to the user on the third strike, or nothing (null). */
-export function idleNudge(ctx: DomainContext, agent: AgentRecord, questions: readonly QuestionRecord[], now: number, activity: ActivityView): EventDraft[] | null {
+export function idleNudge(
+  ctx: DomainContext,
+  agent: AgentRecord,
+  questions: readonly QuestionRecord[],
+  now: number,
+  activity: ActivityView,
+): EventDraft[] | null {
   const { state, config } = ctx;
   const isRoot = agent.leader_id === USER;
   const children = directChildren(state, agent).filter((c) => !c.terminate_consumed);
@@ -97,7 +126,13 @@ export function idleNudge(ctx: DomainContext, agent: AgentRecord, questions: rea
       'system',
       `[LIVENESS] You and your team have been idle for ${Math.round(idleS)} s. Check list_pending_reviews and list_ready, answer what waits on you, or hand your work up with signal_review.`,
     ),
-    { event: 'liveness.nudge', task_id: agent.task_id, agent_id: agent.agent_id, nudge_count: nudges + 1, idle_s: idleS },
+    {
+      event: 'liveness.nudge',
+      task_id: agent.task_id,
+      agent_id: agent.agent_id,
+      nudge_count: nudges + 1,
+      idle_s: idleS,
+    },
   ];
 }
 

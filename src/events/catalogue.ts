@@ -232,7 +232,14 @@ export const EVENT_FIELDS = {
     prompt: z.string(),
     questions: z.array(questionSchema),
     context: z.string().nullable(),
-    origin: z.enum(['ask_user', 'root_review', 'root_termination', 'review_escalation', 'liveness_escalation', 'agent_failure']),
+    origin: z.enum([
+      'ask_user',
+      'root_review',
+      'root_termination',
+      'review_escalation',
+      'liveness_escalation',
+      'agent_failure',
+    ]),
     /** For the server's questions: the agent the question is about. */
     subject_agent_id: nullableId,
   }),
@@ -338,7 +345,14 @@ export const EVENT_FIELDS = {
   agent_completed: z.object({
     agent_id: id,
     terminated: z.boolean(),
-    stop_reason: z.enum(['end_turn', 'no_result', 'cancelled', 'crashed', 'crash_escalated', 'contract_violation_escalated']),
+    stop_reason: z.enum([
+      'end_turn',
+      'no_result',
+      'cancelled',
+      'crashed',
+      'crash_escalated',
+      'contract_violation_escalated',
+    ]),
   }),
   contract_violation: z.object({
     agent_id: id,

@@ -19,14 +19,20 @@ const chars = (text: string) => plural([...text].length, 'char');
 const reasonOf = (text: string | null) => (text ? ` (${excerpt(text, 80)})` : '');
 
 /** `Formal or Casual`, `A, B or C`. */
-const oneOf = (labels: string[], word: string) => (labels.length < 2 ? labels.join('') : `${labels.slice(0, -1).join(', ')} ${word} ${labels.at(-1)}`);
+const oneOf = (labels: string[], word: string) =>
+  labels.length < 2 ? labels.join('') : `${labels.slice(0, -1).join(', ')} ${word} ${labels.at(-1)}`;
 
 /** A question as asked: each sub-question's header, text and what the answer may be. */
 function askedOf(questions: Of<'question_asked'>['questions']): string {
   return questions
     .map((q) => {
       const labels = q.options.map((o) => (o.requires_text ? `${o.label} with text` : o.label));
-      const choice = labels.length === 0 ? 'free text' : q.multiSelect ? `choose any of ${oneOf(labels, 'and')}` : `choose ${oneOf(labels, 'or')}`;
+      const choice =
+        labels.length === 0
+          ? 'free text'
+          : q.multiSelect
+            ? `choose any of ${oneOf(labels, 'and')}`
+            : `choose ${oneOf(labels, 'or')}`;
       return `[${q.header}] ${quoted(q.question)} (${choice})`;
     })
     .join('; ');
@@ -44,18 +50,22 @@ function statusOf(e: Of<'status'>, n: Namer): string {
 }
 
 const SENTENCES: Sentences = {
-  task_created: (e, n) => `user started the task with ${n(e.root_agent_id)} as its root (skill ${e.skill}): ${quoted(e.text)}`,
+  task_created: (e, n) =>
+    `user started the task with ${n(e.root_agent_id)} as its root (skill ${e.skill}): ${quoted(e.text)}`,
   task_ended: (e) => `the task ended: ${e.status}${reasonOf(e.reason)}`,
-  agent_spawned: (e, n) => `${n(e.leader_id)} → ${e.name}: spawned${e.role ? ` as ${e.role}` : ''} (skill ${e.skill}${e.plan_task_id ? `, plan task ${e.plan_task_id}` : ''})`,
+  agent_spawned: (e, n) =>
+    `${n(e.leader_id)} → ${e.name}: spawned${e.role ? ` as ${e.role}` : ''} (skill ${e.skill}${e.plan_task_id ? `, plan task ${e.plan_task_id}` : ''})`,
   'launch.requested': (e, n) => `${n(e.agent_id)}: launch queued for a spawner`,
   team_created: (e, n) => `${n(e.leader_id)} created team ${e.name} (depth ${e.depth}, via ${e.via})`,
   'depth.warning': (e) => `team ${e.team_id} is ${e.depth} deep (the limit is ${e.max_depth})`,
   send_message: (e, n) => `${n(e.caller_id)} → ${n(e.to)}: message (${chars(e.content)}) ${quoted(e.content)}`,
-  agent_input: (e, n) => `${n(e.caller_id)} received ${e.message_kind === 'initial' ? 'its first message' : `a message from ${n(e.from)}`} (via ${e.via})`,
+  agent_input: (e, n) =>
+    `${n(e.caller_id)} received ${e.message_kind === 'initial' ? 'its first message' : `a message from ${n(e.from)}`} (via ${e.via})`,
   delivering: (e, n) => `${n(e.caller_id)}: handing over ${plural(e.message_ids.length, 'message')} (via ${e.via})`,
   'terminate.posted': (e, n) => `${n(e.caller_id)} → ${n(e.agent_id)}: terminate (${e.reason})`,
   'terminate.consumed': (e, n) => `${n(e.agent_id)} is terminated (via ${e.via})`,
-  'inbox.posted': (e, n) => `${n(e.from)} → ${n(e.to)}: ${e.kind.replace(/_/g, ' ')} (${chars(e.content)}) ${quoted(e.content)}`,
+  'inbox.posted': (e, n) =>
+    `${n(e.from)} → ${n(e.to)}: ${e.kind.replace(/_/g, ' ')} (${chars(e.content)}) ${quoted(e.content)}`,
   'inbox.withdrawn': (e, n) => `${n(e.from)} → ${n(e.to)}: an unread message withdrawn (${e.reason})`,
   plan_declared: (e, n) => {
     const ready = e.tasks.filter((t) => t.status === 'ready').length;
@@ -67,35 +77,49 @@ const SENTENCES: Sentences = {
   task_done: (e) => `plan task ${e.plan_task_id} is done`,
   task_failed: (e) => `plan task ${e.plan_task_id} failed${reasonOf(e.reason)}`,
   status: statusOf,
-  liveness_check: (e, n) => `${n(e.agent_id)}: liveness check${e.all_done === null ? '' : e.all_done ? ' (team all done)' : ' (team still working)'}`,
+  liveness_check: (e, n) =>
+    `${n(e.agent_id)}: liveness check${e.all_done === null ? '' : e.all_done ? ' (team all done)' : ' (team still working)'}`,
   'review.acknowledged': (e, n) => `${n(e.by)} answered ${n(e.agent_id)}'s hand-off with more work`,
   'completion.approved': (e, n) => `${n(e.leader_id)} approved ${n(e.agent_id)}'s hand-off`,
   'terminate.forced': (e, n) => `${n(e.caller_id)} → ${n(e.agent_id)}: forced terminate (${e.reason})`,
-  'review_gate.denied': (e, n) => `${n(e.caller_id)}: ${e.tool_name} refused while ${e.pending_child_ids.map(n).join(', ')} wait${e.pending_child_ids.length === 1 ? 's' : ''} for review`,
-  'completion.reping': (e, n) => `beidou → ${n(e.leader_id)}: reminder ${e.ping_count} of ${n(e.agent_id)}'s pending ${e.pending}`,
-  'review.escalated_to_user': (e, n) => `beidou → user: ${n(e.agent_id)}'s ${e.pending} escalated, ${n(e.leader_id)} did not answer${e.qid ? ` (question ${n(e.qid)})` : ''}`,
+  'review_gate.denied': (e, n) =>
+    `${n(e.caller_id)}: ${e.tool_name} refused while ${e.pending_child_ids.map(n).join(', ')} wait${e.pending_child_ids.length === 1 ? 's' : ''} for review`,
+  'completion.reping': (e, n) =>
+    `beidou → ${n(e.leader_id)}: reminder ${e.ping_count} of ${n(e.agent_id)}'s pending ${e.pending}`,
+  'review.escalated_to_user': (e, n) =>
+    `beidou → user: ${n(e.agent_id)}'s ${e.pending} escalated, ${n(e.leader_id)} did not answer${e.qid ? ` (question ${n(e.qid)})` : ''}`,
   'liveness.nudge': (e, n) => `beidou → ${n(e.agent_id)}: nudge ${e.nudge_count} after ${Math.round(e.idle_s)} s idle`,
-  'liveness.escalated_to_user': (e, n) => `beidou → user: ${n(e.agent_id)} idle for ${Math.round(e.idle_s)} s${e.qid ? ` (question ${n(e.qid)})` : ''}`,
+  'liveness.escalated_to_user': (e, n) =>
+    `beidou → user: ${n(e.agent_id)} idle for ${Math.round(e.idle_s)} s${e.qid ? ` (question ${n(e.qid)})` : ''}`,
   'watchdog.exception': (e) => `the watchdog's ${e.pass} pass failed: ${excerpt(e.message, 80)}`,
   question_asked: (e, n) => `${n(e.asker)} → ${n(e.holder ?? 'user')}: question ${n(e.qid)} ${askedOf(e.questions)}`,
-  question_escalated: (e, n) => `${n(e.by)} → ${n(e.new_holder ?? 'user')}: escalated question ${n(e.qid)}${reasonOf(e.reason)}`,
-  question_answered: (e, n) => `${answererOf(e.by, n)} → ${n(e.asker)}: answered question ${n(e.qid)} ${quoted(e.answer_text)}${reasonOf(e.reason)}`,
-  question_declined: (e, n) => `user (at the gateway) → ${n(e.asker)}: declined question ${n(e.qid)}${reasonOf(e.reason)}`,
-  'completion.reported': (e, n) => `${n(e.agent_id)} → ${n(e.leader_id)}: hand-off reported (via ${e.via}${e.decision ? `, ${e.decision}` : ''})`,
+  question_escalated: (e, n) =>
+    `${n(e.by)} → ${n(e.new_holder ?? 'user')}: escalated question ${n(e.qid)}${reasonOf(e.reason)}`,
+  question_answered: (e, n) =>
+    `${answererOf(e.by, n)} → ${n(e.asker)}: answered question ${n(e.qid)} ${quoted(e.answer_text)}${reasonOf(e.reason)}`,
+  question_declined: (e, n) =>
+    `user (at the gateway) → ${n(e.asker)}: declined question ${n(e.qid)}${reasonOf(e.reason)}`,
+  'completion.reported': (e, n) =>
+    `${n(e.agent_id)} → ${n(e.leader_id)}: hand-off reported (via ${e.via}${e.decision ? `, ${e.decision}` : ''})`,
   'completion.empty': (e, n) => `${n(e.agent_id)} → ${n(e.leader_id)}: an empty hand-off${reasonOf(e.reason)}`,
   'launch.assigned': (e, n) => `spawner ${e.spawner_id} took ${n(e.agent_id)}${e.resume ? ' (to resume it)' : ''}`,
-  'spawner.lost': (e, n) => `spawner ${e.spawner_id} was lost; ${e.agent_ids.length ? `${e.agent_ids.map(n).join(', ')} wait${e.agent_ids.length === 1 ? 's' : ''} for another` : 'it ran no agent'}`,
+  'spawner.lost': (e, n) =>
+    `spawner ${e.spawner_id} was lost; ${e.agent_ids.length ? `${e.agent_ids.map(n).join(', ')} wait${e.agent_ids.length === 1 ? 's' : ''} for another` : 'it ran no agent'}`,
   'spawner.spooled': (e) => `spawner ${e.spawner_id} delivered spooled reports up to ${e.spool_seq}`,
   agent_started: (e, n) => `${n(e.agent_id)} ${e.resumed ? 'resumed' : 'started'} on spawner ${e.spawner_id}`,
-  'turn.usage': (e, n) => `${n(e.caller_id)}: ${e.input_tokens} tokens in, ${e.output_tokens} out${e.model ? ` (${e.model})` : ''}`,
+  'turn.usage': (e, n) =>
+    `${n(e.caller_id)}: ${e.input_tokens} tokens in, ${e.output_tokens} out${e.model ? ` (${e.model})` : ''}`,
   assistant_text: (e, n) => `${n(e.caller_id)} says ${quoted(e.text)}`,
   tool_called: (e, n) => `${n(e.caller_id)} calls ${e.name}`,
-  tool_result: (e, n) => `${n(e.caller_id)}: tool result in ${Math.round(e.duration_ms)} ms${e.is_error ? `, an error${e.error_reason ? ` (${e.error_reason})` : ''}` : ''}`,
+  tool_result: (e, n) =>
+    `${n(e.caller_id)}: tool result in ${Math.round(e.duration_ms)} ms${e.is_error ? `, an error${e.error_reason ? ` (${e.error_reason})` : ''}` : ''}`,
   'run.cost': (e, n) => `${n(e.agent_id)}: a run of ${plural(e.num_turns, 'turn')} cost ${usd(e.total_cost_usd)}`,
   agent_error: (e, n) => `${n(e.caller_id)} failed${e.reason ? ` [${e.reason}]` : ''}: ${excerpt(e.msg, 80)}`,
   agent_crashed: (e, n) => `${n(e.caller_id)} crashed (strike ${e.strike_count}): ${excerpt(e.msg, 80)}`,
-  agent_completed: (e, n) => `${n(e.agent_id)}'s process ended (${e.stop_reason.replace(/_/g, ' ')}${e.terminated ? ', terminated' : ''})`,
-  contract_violation: (e, n) => `${n(e.agent_id)} stopped without handing off (strike ${e.strike_count}; ${e.action.replace(/_/g, ' ')})`,
+  agent_completed: (e, n) =>
+    `${n(e.agent_id)}'s process ended (${e.stop_reason.replace(/_/g, ' ')}${e.terminated ? ', terminated' : ''})`,
+  contract_violation: (e, n) =>
+    `${n(e.agent_id)} stopped without handing off (strike ${e.strike_count}; ${e.action.replace(/_/g, ' ')})`,
   'strikes.reset': (e, n) => `${n(e.agent_id)}: strikes reset after a clean turn`,
   root_crash_escalation: (e, n) => `beidou → user: the root ${n(e.agent_id)} crashed ${e.crash_strikes} times`,
   config_warning: (e, n) => `${n(e.agent_id)}: skill ${e.skill}: ${excerpt(e.warning, 80)}`,

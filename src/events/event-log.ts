@@ -24,7 +24,12 @@ export interface Quarantine {
 /** What a replay found and did besides replaying. */
 export interface ReplayReport {
   /** Tails cut at start: a torn last line, or a trailing commit with lines missing. */
-  cut: Array<{ taskId: string; file: string; torn: boolean; incomplete: { firstSeq: number; lastSeq: number; of: number } | null }>;
+  cut: Array<{
+    taskId: string;
+    file: string;
+    torn: boolean;
+    incomplete: { firstSeq: number; lastSeq: number; of: number } | null;
+  }>;
   /** Task files that failed verification: only their events before the fault were replayed. */
   quarantined: Array<{ taskId: string } & Quarantine>;
   /** Ended tasks whose archive mark matched the store: not read, not replayed (`readStored` reads them). */

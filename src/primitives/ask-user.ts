@@ -17,10 +17,14 @@ export const askUser = definePrimitive({
     'Each question: question, header (at most 12 characters, may be empty), multiSelect, and options: none (free text) or 2-4',
     '{label, description, value?, requires_text?}. Returns answers[i] {selected_labels, selected_values, text} and answer_text.',
     'Errors: invalid_input (names the question index and field), user_declined, content_too_large (context, or all question texts',
-    'together, over BEIDOU_MAX_CONTENT_CHARS; details.field), inbox_full (your leader\'s inbox is at its cap; wait and retry).',
+    "together, over BEIDOU_MAX_CONTENT_CHARS; details.field), inbox_full (your leader's inbox is at its cap; wait and retry).",
   ].join(' '),
   inputSchema: z.strictObject({
-    questions: z.array(questionSchema).min(1, 'must hold 1 to 4 questions').max(4, 'must hold 1 to 4 questions').describe('1 to 4 questions.'),
+    questions: z
+      .array(questionSchema)
+      .min(1, 'must hold 1 to 4 questions')
+      .max(4, 'must hold 1 to 4 questions')
+      .describe('1 to 4 questions.'),
     context: z.string().optional().describe('Shared background, shown verbatim.'),
   }),
   outputSchema: z.object({
@@ -33,11 +37,14 @@ export const askUser = definePrimitive({
   async handler({ questions, context }, { services, caller, signal, progress, replyFlushed }) {
     const { registry, config, stopping } = services;
     // The same question asked again after its call ended waits for it (domain/questions.ts).
-    const { qid, drafts, repeated } = routing.ask(services.domain, caller, questions, context ?? null, (q) => services.questions.has(q));
+    const { qid, drafts, repeated } = routing.ask(services.domain, caller, questions, context ?? null, (q) =>
+      services.questions.has(q),
+    );
     // The waiter is in place before anyone can see the question, so a fast answer reaches
     // this call rather than the inbox.
     const answer = services.questions.wait(qid, AbortSignal.any([signal, stopping]));
-    if (repeated) services.logger.info({ qid, agent: caller.agent_id }, `ask_user repeats pending question ${qid}: waiting for it`);
+    if (repeated)
+      services.logger.info({ qid, agent: caller.agent_id }, `ask_user repeats pending question ${qid}: waiting for it`);
     else await registry.commit(drafts);
     const where = () => {
       const holder = questionHolder(registry.state.questions.get(qid)!);
@@ -54,17 +61,23 @@ export const askUser = definePrimitive({
     }
     if (!answered) {
       // The call ended first (client gone or server stopping); the answer will go to the inbox.
-      throw new DomainError('gateway_unavailable', `the call ended before ${qid} was answered; its answer will arrive in your inbox as [ANSWER ${qid}]`, {
-        qid,
-        pending: true,
-      });
+      throw new DomainError(
+        'gateway_unavailable',
+        `the call ended before ${qid} was answered; its answer will arrive in your inbox as [ANSWER ${qid}]`,
+        {
+          qid,
+          pending: true,
+        },
+      );
     }
     // The answer rides on this reply: if it never reaches the client (the stream dropped and
     // was not resumed in time), the answer goes to the inbox as if the call had ended first.
-    void replyFlushed?.().then((flushed) => {
-      const late = flushed ? [] : routing.lateAnswer(services.domain, registry.state.questions.get(qid)!);
-      if (late.length > 0) return registry.commit(late);
-    }).catch(() => undefined);
+    void replyFlushed?.()
+      .then((flushed) => {
+        const late = flushed ? [] : routing.lateAnswer(services.domain, registry.state.questions.get(qid)!);
+        if (late.length > 0) return registry.commit(late);
+      })
+      .catch(() => undefined);
     if (answered.status === 'declined') {
       const reason = answered.audit.at(-1)?.reason ?? '';
       throw new DomainError('user_declined', `the user declined to answer: ${reason}`, { qid, reason });

@@ -44,7 +44,11 @@ export const createTeam = definePrimitive({
       return { team_id: teamId, members };
     });
     if (!locked.acquired) {
-      throw new DomainError('concurrent_create_team', 'you already have a create_team call in flight; wait for it to return', {});
+      throw new DomainError(
+        'concurrent_create_team',
+        'you already have a create_team call in flight; wait for it to return',
+        {},
+      );
     }
     return locked.value;
   },

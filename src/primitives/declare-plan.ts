@@ -19,7 +19,9 @@ const taskSpecSchema = z.strictObject({
     .array(z.string())
     .max(MAX_DEPENDENCIES, `must list at most ${MAX_DEPENDENCIES} tasks`)
     .default([])
-    .describe(`Ids of tasks in this plan that must be done first (any other is unknown_dep); at most ${MAX_DEPENDENCIES}.`),
+    .describe(
+      `Ids of tasks in this plan that must be done first (any other is unknown_dep); at most ${MAX_DEPENDENCIES}.`,
+    ),
 });
 
 const planTaskView = z.object({
@@ -52,10 +54,18 @@ export const declarePlan = definePrimitive({
     const { registry, skills, locks, domain, plans: planStore } = services;
     return locks.plan.with(caller.agent_id, async () => {
       const specs: PlanTaskSpec[] = input.tasks.map((t) => ({ ...t, model: t.model ?? null }));
-      const plan = plans.declarePlan(domain, caller, specs, skills, (taskId, planId) => planStore.location(taskId, planId));
+      const plan = plans.declarePlan(domain, caller, specs, skills, (taskId, planId) =>
+        planStore.location(taskId, planId),
+      );
       // The copy first: if it cannot be kept, nothing changes. (The plan lock keeps the
       // caller's own declare_plan calls in order meanwhile.)
-      await planStore.save({ taskId: caller.task_id, planId: plan.planId, ownerAgentId: caller.agent_id, location: plan.file, text: plan.text });
+      await planStore.save({
+        taskId: caller.task_id,
+        planId: plan.planId,
+        ownerAgentId: caller.agent_id,
+        location: plan.file,
+        text: plan.text,
+      });
       await registry.commit(plan.drafts);
       return {
         plan_id: plan.planId,

@@ -13,23 +13,36 @@ const IDENTITY_KEYS = ['caller_id', 'task_id'] as const;
  * (→ `invalid_input`), the review gate, the handler, and the conversion of anything
  * unexpected into `internal_error` (logged with its stack, never shown to the client).
  */
-export async function invokePrimitive(primitive: AnyPrimitive, rawArgs: unknown, ctx: ToolContext): Promise<InvokeResult> {
+export async function invokePrimitive(
+  primitive: AnyPrimitive,
+  rawArgs: unknown,
+  ctx: ToolContext,
+): Promise<InvokeResult> {
   try {
     // Once its sentinel is posted an agent is on its way out: it may not act any more (it
     // could otherwise spawn children the cascade, already computed, would never reach).
     if (ctx.caller.terminate_posted) {
-      throw new DomainError('agent_terminated', 'you are being terminated; end your turn', { agent_id: ctx.caller.agent_id });
+      throw new DomainError('agent_terminated', 'you are being terminated; end your turn', {
+        agent_id: ctx.caller.agent_id,
+      });
     }
     // Absent arguments are an empty input; anything but an object (null, an array, a string,
     // a number) is a malformed call, refused like any other bad input.
     if (rawArgs !== undefined && (rawArgs === null || typeof rawArgs !== 'object' || Array.isArray(rawArgs))) {
-      throw invalidInput('arguments', `must be an object, got ${rawArgs === null ? 'null' : Array.isArray(rawArgs) ? 'an array' : typeof rawArgs}`);
+      throw invalidInput(
+        'arguments',
+        `must be an object, got ${rawArgs === null ? 'null' : Array.isArray(rawArgs) ? 'an array' : typeof rawArgs}`,
+      );
     }
     const args = (rawArgs ?? {}) as Record<string, unknown>;
     // Own keys only: an inherited name (or a `__proto__` key) is not a field the caller sent.
     const shape = primitive.inputSchema.shape as Record<string, unknown>;
     if (Object.hasOwn(args, 'leader_id') && !Object.hasOwn(shape, 'leader_id')) {
-      throw new DomainError('leader_override_attempted', 'leader_id cannot be supplied: the caller always leads what it creates', { field: 'leader_id' });
+      throw new DomainError(
+        'leader_override_attempted',
+        'leader_id cannot be supplied: the caller always leads what it creates',
+        { field: 'leader_id' },
+      );
     }
     for (const key of IDENTITY_KEYS) {
       if (Object.hasOwn(args, key) && !Object.hasOwn(shape, key)) {

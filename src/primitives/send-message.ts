@@ -33,7 +33,11 @@ export const sendMessage = definePrimitive({
       throw new DomainError('unknown_recipient', `no agent ${to} exists; use list_peers to find agent ids`, { to });
     }
     if (recipient.task_id !== caller.task_id) {
-      throw new DomainError('task_mismatch', `agent ${to} belongs to another task; you can only message agents of your own task`, { to });
+      throw new DomainError(
+        'task_mismatch',
+        `agent ${to} belongs to another task; you can only message agents of your own task`,
+        { to },
+      );
     }
     const { messageId, drafts } = postMessage(services.domain, caller.agent_id, recipient, content);
     await services.registry.commit(drafts);

@@ -7,11 +7,11 @@ export const signalReview = definePrimitive({
   title: 'Signal review',
   description: [
     'Hand your deliverables to your leader for review. detail must contain the envelope [REVIEW REQUIRED] (or [ITERATION READY] for an',
-    'intermediate iteration) with: deliverables and their paths, open questions, and the leader\'s options (approve with terminate_child,',
+    "intermediate iteration) with: deliverables and their paths, open questions, and the leader's options (approve with terminate_child,",
     'or rework by message). Then end your turn and wait: approval ends you; a message from your leader is rework.',
-    'Calling it again replaces your earlier report in your leader\'s inbox if it has not been delivered yet: the leader sees one report per child.',
+    "Calling it again replaces your earlier report in your leader's inbox if it has not been delivered yet: the leader sees one report per child.",
     'Errors: envelope_missing (details.reason detail_empty or envelope_missing), content_too_large (detail is over BEIDOU_MAX_CONTENT_CHARS;',
-    'details.field, max, setting), inbox_full (your leader\'s inbox is at its cap; wait and retry).',
+    "details.field, max, setting), inbox_full (your leader's inbox is at its cap; wait and retry).",
   ].join(' '),
   inputSchema: z.strictObject({
     detail: z.string().describe('The report, containing [REVIEW REQUIRED] or [ITERATION READY].'),

@@ -7,7 +7,7 @@ export const terminateChild = definePrimitive({
   name: 'terminate_child',
   title: 'Terminate a child (approve)',
   description: [
-    'Approve a direct child\'s hand-off: ends the agent (and, depth-first, every team it leads) and marks its plan task done, which may make',
+    "Approve a direct child's hand-off: ends the agent (and, depth-first, every team it leads) and marks its plan task done, which may make",
     'other tasks ready (see list_ready). Allowed only when the child signalled review or requested termination, unless force: true, which',
     'ends it anyway and marks its plan task failed (audited; use sparingly). Only for members of teams you lead, never deeper.',
     'Errors: unknown_agent, not_leader, already_terminating, child_not_pending_review (wait for signal_review, send rework, or force).',

@@ -119,7 +119,10 @@ export const ackBody = z.strictObject({
 export type AckBody = z.input<typeof ackBody>;
 
 /** POST /agents/:id/started: the process is up (its session id, and whether it resumed one). */
-export const startedBody = z.strictObject({ session_id: z.string().min(1).nullable().default(null), resumed: z.boolean().default(false) });
+export const startedBody = z.strictObject({
+  session_id: z.string().min(1).nullable().default(null),
+  resumed: z.boolean().default(false),
+});
 export type StartedBody = z.input<typeof startedBody>;
 
 /** POST /agents/:id/events: drained events, taken whole or not at all. */

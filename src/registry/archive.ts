@@ -68,7 +68,8 @@ export function archiveRow(e: ArchivedTask): ArchiveRow {
 }
 
 /** What a load reads of each row, in this order (`fromArchiveColumns`): the status and the times are in the record. */
-export const ARCHIVE_LOAD_COLUMNS = 'task_id, last_seq, bytes, agents_total, agents_live, cost_usd, archived_at, record';
+export const ARCHIVE_LOAD_COLUMNS =
+  'task_id, last_seq, bytes, agents_total, agents_live, cost_usd, archived_at, record';
 
 /** An entry from the values of `ARCHIVE_LOAD_COLUMNS` (numbers, or the strings a driver gives for a bigint). */
 export function fromArchiveColumns(v: readonly unknown[]): ArchivedTask {
@@ -160,14 +161,19 @@ export function unloadRefusal(state: RegistryState, taskId: string): string | nu
     const a = state.agents.get(id);
     if (!a) continue;
     if (!a.terminate_consumed) return `agent ${id} is not terminated yet`;
-    if (a.running || a.spawner_id !== null || a.launch !== null) return `agent ${id} still has a process, a spawner or a launch`;
+    if (a.running || a.spawner_id !== null || a.launch !== null)
+      return `agent ${id} still has a process, a spawner or a launch`;
   }
-  for (const qid of task.question_ids) if (state.questions.get(qid)?.status === 'pending') return `question ${qid} is pending`;
+  for (const qid of task.question_ids)
+    if (state.questions.get(qid)?.status === 'pending') return `question ${qid} is pending`;
   return null;
 }
 
 /** Takes a task out of the state, returning its record and agent counts. */
-export function removeTask(state: RegistryState, taskId: string): { task: TaskRecord; agents: { total: number; live: number }; cost_usd: number } {
+export function removeTask(
+  state: RegistryState,
+  taskId: string,
+): { task: TaskRecord; agents: { total: number; live: number }; cost_usd: number } {
   const task = state.tasks.get(taskId)!;
   let live = 0;
   let cost_usd = 0;

@@ -1,4 +1,12 @@
-import { USER, type RegistryState, type AgentRecord, type AgentStatus, type QuestionOrigin, type QuestionRecord, type TeamRecord } from './state.js';
+import {
+  USER,
+  type RegistryState,
+  type AgentRecord,
+  type AgentStatus,
+  type QuestionOrigin,
+  type QuestionRecord,
+  type TeamRecord,
+} from './state.js';
 
 /** Read-only views over the state. Nothing here changes it. */
 

@@ -18,7 +18,13 @@ function putInInbox(agent: AgentRecord, message: InboxMessage): void {
   agent.inbox.set(message.message_id, message);
 }
 
-const handoff = (detail: string, ts: number): PendingHandoff => ({ detail, since: ts, pings: 0, last_ping_at: ts, escalated: false });
+const handoff = (detail: string, ts: number): PendingHandoff => ({
+  detail,
+  since: ts,
+  pings: 0,
+  last_ping_at: ts,
+  escalated: false,
+});
 
 /**
  * The one reducer. It applies a stored event to the state in place (the state is large and
@@ -165,7 +171,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     }
     case 'inbox.posted': {
       const recipient = state.agents.get(e.to);
-      if (recipient) putInInbox(recipient, { message_id: e.message_id, from: e.from, kind: e.kind, content: e.content, ts: e.ts });
+      if (recipient)
+        putInInbox(recipient, { message_id: e.message_id, from: e.from, kind: e.kind, content: e.content, ts: e.ts });
       return;
     }
     case 'inbox.withdrawn': {
@@ -398,7 +405,10 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (e.terminated) {
         agent.launch = null;
         agent.spawner_id = null;
-      } else if ((e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') && !agent.terminate_posted) {
+      } else if (
+        (e.stop_reason === 'crash_escalated' || e.stop_reason === 'contract_violation_escalated') &&
+        !agent.terminate_posted
+      ) {
         // (An agent already being terminated keeps its spawner until the spawner acknowledges.)
         agent.parked = true;
         agent.spawner_id = null;
@@ -433,7 +443,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     case 'turn.usage': {
       const agent = state.agents.get(e.caller_id);
       if (!agent) return;
-      agent.stats.input_tokens += e.input_tokens + (e.cache_creation_input_tokens ?? 0) + (e.cache_read_input_tokens ?? 0);
+      agent.stats.input_tokens +=
+        e.input_tokens + (e.cache_creation_input_tokens ?? 0) + (e.cache_read_input_tokens ?? 0);
       agent.stats.output_tokens += e.output_tokens;
       agent.stats.llm_calls++;
       touch(agent, e.ts);

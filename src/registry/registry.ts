@@ -1,5 +1,11 @@
 import type { EventDraft, StoredEvent } from '../events/catalogue.js';
-import { isFollowingLog, type ArchiveMark, type EventLog, type FollowingLog, type ReplayReport } from '../events/event-log.js';
+import {
+  isFollowingLog,
+  type ArchiveMark,
+  type EventLog,
+  type FollowingLog,
+  type ReplayReport,
+} from '../events/event-log.js';
 import { ArchivedIds, removeTask, unloadRefusal, type ArchivedTask } from './archive.js';
 import { extractTask, type QuarantinedTask } from './quarantine.js';
 import { reduce } from './reducer.js';
@@ -71,13 +77,17 @@ export class Registry {
   }
 
   private followingLog(): FollowingLog {
-    if (!isFollowingLog(this.log)) throw new Error('this registry\'s log cannot follow another writer (the PostgreSQL store can)');
+    if (!isFollowingLog(this.log))
+      throw new Error("this registry's log cannot follow another writer (the PostgreSQL store can)");
     return this.log;
   }
 
   private async rebuild(
     index: readonly ArchivedTask[],
-    opener: (onEvent: (event: StoredEvent) => void, options: { archived: Map<string, ArchiveMark> }) => Promise<ReplayReport>,
+    opener: (
+      onEvent: (event: StoredEvent) => void,
+      options: { archived: Map<string, ArchiveMark> },
+    ) => Promise<ReplayReport>,
   ): Promise<ReplayReport> {
     const marks = new Map<string, ArchiveMark>(index.map((e) => [e.task_id, e.mark]));
     let replaying = true; // a follower's later events are not the start's
@@ -92,7 +102,11 @@ export class Registry {
     const entries = new Map(index.map((e) => [e.task_id, e]));
     for (const taskId of report.archived) this.addArchived(entries.get(taskId)!);
     for (const { taskId, file, line, reason } of report.quarantined) {
-      this.quarantined.set(taskId, { task_id: taskId, quarantine: { file, line, reason }, state: extractTask(this.state, taskId) });
+      this.quarantined.set(taskId, {
+        task_id: taskId,
+        quarantine: { file, line, reason },
+        state: extractTask(this.state, taskId),
+      });
     }
     return report;
   }

@@ -189,13 +189,24 @@ export interface PlanRecord {
   removed_at: number | null;
 }
 
-export type QuestionOrigin = 'ask_user' | 'root_review' | 'root_termination' | 'review_escalation' | 'liveness_escalation' | 'agent_failure';
+export type QuestionOrigin =
+  | 'ask_user'
+  | 'root_review'
+  | 'root_termination'
+  | 'review_escalation'
+  | 'liveness_escalation'
+  | 'agent_failure';
 
 export interface QuestionItem {
   question: string;
   header: string;
   multiSelect: boolean;
-  options: Array<{ label: string; description: string; value?: string | undefined; requires_text?: boolean | undefined }>;
+  options: Array<{
+    label: string;
+    description: string;
+    value?: string | undefined;
+    requires_text?: boolean | undefined;
+  }>;
 }
 
 export interface Answer {
@@ -222,7 +233,12 @@ export interface QuestionRecord {
   answered_by: string | null;
   created_at: number;
   answered_at: number | null;
-  audit: Array<{ by: string; action: 'asked' | 'escalated' | 'answered' | 'declined'; reason: string | null; ts: number }>;
+  audit: Array<{
+    by: string;
+    action: 'asked' | 'escalated' | 'answered' | 'declined';
+    reason: string | null;
+    ts: number;
+  }>;
 }
 
 export interface RegistryState {
@@ -236,5 +252,12 @@ export interface RegistryState {
 }
 
 export function emptyState(): RegistryState {
-  return { tasks: new Map(), agents: new Map(), teams: new Map(), plans: new Map(), questions: new Map(), spool_hwm: new Map() };
+  return {
+    tasks: new Map(),
+    agents: new Map(),
+    teams: new Map(),
+    plans: new Map(),
+    questions: new Map(),
+    spool_hwm: new Map(),
+  };
 }

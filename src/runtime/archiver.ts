@@ -63,7 +63,8 @@ export class Archiver {
     const { registry, inboxes, questions } = this.deps;
     const task = registry.task(taskId);
     if (!task) return null;
-    for (const id of task.agent_ids) if (inboxes.holds(id)) return `agent ${id} has a waiting read or a delivery in flight`;
+    for (const id of task.agent_ids)
+      if (inboxes.holds(id)) return `agent ${id} has a waiting read or a delivery in flight`;
     for (const qid of task.question_ids) if (questions.has(qid)) return `a call waits on question ${qid}`;
     return null;
   }
@@ -95,7 +96,10 @@ export class Archiver {
       // Unloaded all the same: a start that misses the entries replays those tasks.
       logger.error({ err }, 'could not write the archive index; a restart replays these tasks');
     }
-    logger.info({ tasks: entries.length }, `archived ${entries.length} ended task${entries.length === 1 ? '' : 's'} out of memory`);
+    logger.info(
+      { tasks: entries.length },
+      `archived ${entries.length} ended task${entries.length === 1 ? '' : 's'} out of memory`,
+    );
     return entries.map((e) => e.task_id);
   }
 }

@@ -1,4 +1,10 @@
-import { deliveredView, deliveringDraft, deliveryDrafts, type DeliveredMessage, type DeliveryPath } from '../domain/messages.js';
+import {
+  deliveredView,
+  deliveringDraft,
+  deliveryDrafts,
+  type DeliveredMessage,
+  type DeliveryPath,
+} from '../domain/messages.js';
 import type { StoredEvent } from '../events/catalogue.js';
 import type { Registry } from '../registry/registry.js';
 import type { AgentRecord, InboxMessage } from '../registry/state.js';
@@ -89,7 +95,11 @@ export class Inboxes {
    * once the messages are in hand) settles true, `agent_input` takes them out of the
    * inbox; false, they stay (marked `redelivered`) and are free again.
    */
-  async deliver(agent: AgentRecord, via: Exclude<DeliveryPath, 'spawner'>, flushed: () => Promise<boolean>): Promise<DeliveredMessage[]> {
+  async deliver(
+    agent: AgentRecord,
+    via: Exclude<DeliveryPath, 'spawner'>,
+    flushed: () => Promise<boolean>,
+  ): Promise<DeliveredMessage[]> {
     const messages = this.available(agent);
     if (messages.length === 0) return [];
     const holder = Symbol(via);
@@ -108,7 +118,13 @@ export class Inboxes {
     return views;
   }
 
-  private endDelivery(agentId: string, holder: symbol, messages: readonly InboxMessage[], via: DeliveryPath, flushed: boolean): void {
+  private endDelivery(
+    agentId: string,
+    holder: symbol,
+    messages: readonly InboxMessage[],
+    via: DeliveryPath,
+    flushed: boolean,
+  ): void {
     const agent = this.registry.agent(agentId);
     if (flushed && agent) {
       const still = messages.filter((m) => agent.inbox.has(m.message_id));

@@ -49,12 +49,14 @@ export class Watchdog {
         // Each decision is made just before its commit, on the state the previous one left.
         await this.pass(task, 'A', async (commit) => {
           for (const child of liveAgents(registry.state, task)) {
-            for (const pending of ['review', 'termination'] as const) await commit(reviewPing(domain, child, pending, clock.now()));
+            for (const pending of ['review', 'termination'] as const)
+              await commit(reviewPing(domain, child, pending, clock.now()));
           }
         });
         await this.pass(task, 'B', async (commit) => {
           const questions = pendingQuestions(registry.state, task);
-          for (const agent of liveAgents(registry.state, task)) await commit(idleNudge(domain, agent, questions, clock.now(), activity));
+          for (const agent of liveAgents(registry.state, task))
+            await commit(idleNudge(domain, agent, questions, clock.now(), activity));
         });
       }
     } finally {
@@ -62,14 +64,20 @@ export class Watchdog {
     }
   }
 
-  private async pass(task: TaskRecord, pass: 'A' | 'B', run: (commit: (drafts: EventDraft[] | null) => Promise<unknown>) => Promise<void>): Promise<void> {
+  private async pass(
+    task: TaskRecord,
+    pass: 'A' | 'B',
+    run: (commit: (drafts: EventDraft[] | null) => Promise<unknown>) => Promise<void>,
+  ): Promise<void> {
     const { registry, logger } = this.deps;
     try {
       await run(async (drafts) => drafts && registry.commit(drafts));
     } catch (err) {
       logger.error({ err, pass, task_id: task.task_id }, 'watchdog pass failed');
       await registry
-        .commit([{ event: 'watchdog.exception', task_id: task.task_id, pass, message: (err as Error).message ?? String(err) }])
+        .commit([
+          { event: 'watchdog.exception', task_id: task.task_id, pass, message: (err as Error).message ?? String(err) },
+        ])
         .catch(() => undefined);
     }
   }

@@ -48,7 +48,10 @@ export function renderSchemas(): Map<string, string> {
   for (const name of EVENT_NAMES) {
     const rel = `events/${name}.json`;
     // Events are read by consumers of the log, so describe them as stored (output side).
-    const schema = z.toJSONSchema(storedEventSchema(name), { io: 'output', target: 'draft-2020-12' }) as Record<string, unknown>;
+    const schema = z.toJSONSchema(storedEventSchema(name), { io: 'output', target: 'draft-2020-12' }) as Record<
+      string,
+      unknown
+    >;
     files.set(rel, document(rel, `${name} event`, schema));
   }
   files.set('README.md', README);

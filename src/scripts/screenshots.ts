@@ -30,7 +30,9 @@ const SHOTS = [
 
 async function main(): Promise<void> {
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-screenshots-'));
-  const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), { logger: pino({ level: 'warn' }) });
+  const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), {
+    logger: pino({ level: 'warn' }),
+  });
   const api = async (method: string, route: string, body?: unknown): Promise<any> => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
@@ -44,15 +46,38 @@ async function main(): Promise<void> {
   const agentCmd = `"${process.execPath}" "${path.join(PACKAGE_ROOT, 'examples', 'scripted-agent.mjs')}"`;
   const spawner = spawn(
     process.execPath,
-    [path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'), 'spawner', '--server', server.url, '--token', token, '--adapter', 'command', '--command', agentCmd, '--workdir', path.join(home, 'agents'), '--spool-dir', path.join(home, 'spool')],
+    [
+      path.join(PACKAGE_ROOT, 'dist', 'cli', 'main.js'),
+      'spawner',
+      '--server',
+      server.url,
+      '--token',
+      token,
+      '--adapter',
+      'command',
+      '--command',
+      agentCmd,
+      '--workdir',
+      path.join(home, 'agents'),
+      '--spool-dir',
+      path.join(home, 'spool'),
+    ],
     {
-      env: { ...process.env, BEIDOU_SCRIPT: path.join(PACKAGE_ROOT, 'examples', 'demo-script.json'), BEIDOU_SCRIPT_DELAY_MS: String(STEP_DELAY_MS), BEIDOU_LOG_LEVEL: 'warn' },
+      env: {
+        ...process.env,
+        BEIDOU_SCRIPT: path.join(PACKAGE_ROOT, 'examples', 'demo-script.json'),
+        BEIDOU_SCRIPT_DELAY_MS: String(STEP_DELAY_MS),
+        BEIDOU_LOG_LEVEL: 'warn',
+      },
       stdio: ['ignore', 'ignore', 'inherit'],
     },
   );
   const browser = await launchChromium();
   try {
-    const task = await api('POST', '/tasks', { task: 'Write a short report on Polaris, the North Star.', name: 'polaris report' });
+    const task = await api('POST', '/tasks', {
+      task: 'Write a short report on Polaris, the North Star.',
+      name: 'polaris report',
+    });
     const review = await new Promise<StoredEvent & { qid: string }>((resolve) => {
       const check = (events: readonly StoredEvent[]) => {
         const hit = events.find((e) => e.event === 'question_asked' && e.origin === 'root_review');
@@ -67,20 +92,27 @@ async function main(): Promise<void> {
     const detail = await api('GET', `/tasks/${task.task_id}`);
     mkdirSync(OUT, { recursive: true });
     for (const shot of SHOTS) {
-      const context = await browser.newContext({ viewport: { width: shot.width, height: shot.height }, deviceScaleFactor: 1 });
+      const context = await browser.newContext({
+        viewport: { width: shot.width, height: shot.height },
+        deviceScaleFactor: 1,
+      });
       await context.addInitScript((t) => window.localStorage.setItem('beidou.token', t), server.adminToken);
       const page = await context.newPage();
       await page.goto(`${server.url}/#/tasks/${task.task_id}`);
       await settled(page, task.task_id, review.qid, detail);
       // A window as tall as the page, so what is sized to the window (the sidebar) spans the picture.
-      const height = await page.evaluate(() => (document as unknown as { documentElement: { scrollHeight: number } }).documentElement.scrollHeight);
+      const height = await page.evaluate(
+        () => (document as unknown as { documentElement: { scrollHeight: number } }).documentElement.scrollHeight,
+      );
       await page.setViewportSize({ width: shot.width, height });
       await settled(page, task.task_id, review.qid, detail);
       const file = path.join(OUT, shot.file);
       await page.screenshot({ path: file, fullPage: true });
       // A PNG's width and height are the first two fields of its IHDR chunk.
       const png = readFileSync(file);
-      console.log(`${path.relative(PACKAGE_ROOT, file)}  ${png.readUInt32BE(16)}x${png.readUInt32BE(20)}  ${Math.round(statSync(file).size / 1024)} KB`);
+      console.log(
+        `${path.relative(PACKAGE_ROOT, file)}  ${png.readUInt32BE(16)}x${png.readUInt32BE(20)}  ${Math.round(statSync(file).size / 1024)} KB`,
+      );
       await context.close();
     }
     await api('POST', `/questions/${review.qid}/answer`, { answers: [{ selected_labels: ['Approve'], text: null }] });

@@ -28,7 +28,11 @@ export interface AppParts {
   webRoot: string;
 }
 
-export function buildApp(services: Services, { auth, mcp, adminStreams, tasksFeed, webRoot }: AppParts, stopping: AbortSignal): express.Express {
+export function buildApp(
+  services: Services,
+  { auth, mcp, adminStreams, tasksFeed, webRoot }: AppParts,
+  stopping: AbortSignal,
+): express.Express {
   const { logger } = services;
   const app = express();
   app.disable('x-powered-by');
@@ -43,7 +47,11 @@ export function buildApp(services: Services, { auth, mcp, adminStreams, tasksFee
       const started = performance.now();
       res.once('finish', () =>
         logger.trace(
-          { req: { method: req.method, url: req.originalUrl, headers: req.headers }, status: res.statusCode, ms: Math.round(performance.now() - started) },
+          {
+            req: { method: req.method, url: req.originalUrl, headers: req.headers },
+            status: res.statusCode,
+            ms: Math.round(performance.now() - started),
+          },
           'request',
         ),
       );
@@ -54,14 +62,17 @@ export function buildApp(services: Services, { auth, mcp, adminStreams, tasksFee
   // No route reads a body on GET or HEAD: one that comes with a body ends its connection
   // after the answer (the health check and the dashboard take no token).
   app.use((req, res, next) => {
-    const declaresBody = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
+    const declaresBody =
+      Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] !== undefined;
     if (declaresBody && (req.method === 'GET' || req.method === 'HEAD')) closeIfBodyUnread(req, res);
     next();
   });
 
   // Claude Code probes OAuth discovery; a JSON 404 tells it this server uses bearer tokens.
   app.get(/^\/\.well-known\/oauth-(authorization-server|protected-resource)(\/.*)?$/, (_req, res) => {
-    res.status(404).json({ error: 'not_found', message: 'this server does not use OAuth; send Authorization: Bearer <token>' });
+    res
+      .status(404)
+      .json({ error: 'not_found', message: 'this server does not use OAuth; send Authorization: Bearer <token>' });
   });
 
   // The dashboard: the page built from web/ (it asks for the token itself).
@@ -90,5 +101,9 @@ export function buildApp(services: Services, { auth, mcp, adminStreams, tasksFee
 /** A path parameter that is not valid percent-encoding (`/api/tasks/%ff`): the router throws a URIError. */
 function paramError(err: unknown): ApiError | null {
   if (!(err instanceof URIError)) return null;
-  return new ApiError(400, 'invalid_input', 'the path holds invalid percent-encoding (a parameter must decode as UTF-8)');
+  return new ApiError(
+    400,
+    'invalid_input',
+    'the path holds invalid percent-encoding (a parameter must decode as UTF-8)',
+  );
 }

@@ -63,7 +63,6 @@ export interface BeidouServer {
   close(): Promise<void>;
 }
 
-
 /**
  * Starts the server: prepares the home, opens the store (migrating a database's schema),
  * rebuilds the registry from the logs, rewrites the rollups, and listens. Resolves once it
@@ -77,7 +76,9 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   const clock = options.clock ?? systemClock;
   if (config.databaseUrl && (!config.secret || !config.adminToken)) {
     // Every replica must sign and check tokens alike: an agent's token from one is good at the next.
-    throw new ConfigError('with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)');
+    throw new ConfigError(
+      'with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)',
+    );
   }
   prepareHome(config.home);
   const paths = homePaths(config.home);
@@ -114,7 +115,10 @@ async function serve(
   outer.disable('x-powered-by');
   outer.set('trust proxy', false);
   // Liveness, on every replica and in every role: the process answers (Docker's HEALTHCHECK).
-  outer.get('/api/health/live', (_req, res) => void res.json({ ok: true, version: VERSION, role: active() ? 'active' : 'standby' }));
+  outer.get(
+    '/api/health/live',
+    (_req, res) => void res.json({ ok: true, version: VERSION, role: active() ? 'active' : 'standby' }),
+  );
   // An active replica whose lease is not confirmed lately (it was paused past it, or its
   // renewals cannot reach the database) may have been taken over: its health check says
   // so (503), and the balancer stops sending it work until a renewal succeeds or it steps down.
@@ -124,10 +128,20 @@ async function serve(
     res
       .status(503)
       .set('Retry-After', '1')
-      .json({ ok: false, version: VERSION, role: 'active', lease: 'unconfirmed', message: 'this replica cannot confirm its lease lately (paused, or the database unreachable): it is checking whether it is still the active one' });
+      .json({
+        ok: false,
+        version: VERSION,
+        role: 'active',
+        lease: 'unconfirmed',
+        message:
+          'this replica cannot confirm its lease lately (paused, or the database unreachable): it is checking whether it is still the active one',
+      });
   });
   const standbySince = clock.now();
-  const standby = standbyApp(() => replica?.standbyStatus() ?? { holder: null, retryAfterS: config.leaseS, since: standbySince, following: null });
+  const standby = standbyApp(
+    () =>
+      replica?.standbyStatus() ?? { holder: null, retryAfterS: config.leaseS, since: standbySince, following: null },
+  );
   outer.use((req, res, next) => (replica ? replica.handle(standby)(req, res, next) : standby(req, res, next)));
   const httpServer = createHttpServer(outer, config, logger, clock);
 

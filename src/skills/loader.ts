@@ -126,12 +126,21 @@ export class SkillCatalog {
    * `unknown_skill` with why it did not load and what exists. `field` is the input field
    * that named it (none for a plan task's skill); `message` overrides the default wording.
    */
-  require(name: string, field: string | null, message = `${field ?? 'skill'} "${name}" does not resolve to a loadable SKILL.md`): Skill {
+  require(
+    name: string,
+    field: string | null,
+    message = `${field ?? 'skill'} "${name}" does not resolve to a loadable SKILL.md`,
+  ): Skill {
     try {
       return this.load(name);
     } catch (err) {
       const reason = err instanceof SkillLoadError ? err.message : String(err);
-      throw new DomainError('unknown_skill', message, { ...(field ? { field } : {}), skill: name, reason, available: this.names() });
+      throw new DomainError('unknown_skill', message, {
+        ...(field ? { field } : {}),
+        skill: name,
+        reason,
+        available: this.names(),
+      });
     }
   }
 

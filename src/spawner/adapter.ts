@@ -10,7 +10,6 @@ export interface AgentFailure {
   msg: string;
 }
 
-
 export interface StartSpec {
   launch: LaunchCommand;
   /** The server's base URL (`http://HOST:PORT`) and its MCP endpoint (`…/mcp`). */
@@ -27,7 +26,14 @@ export interface StartSpec {
 export interface AgentProcess {
   readonly pid: number | undefined;
   /** Writes one inbox message into the agent as its next user turn. */
-  deliver(message: { message_id: string; from: string; from_name: string; kind: string; content: string; redelivered?: true }): void;
+  deliver(message: {
+    message_id: string;
+    from: string;
+    from_name: string;
+    kind: string;
+    content: string;
+    redelivered?: true;
+  }): void;
   /** Asks the agent to end (closes its input); the supervisor kills it after the grace time. */
   end(): void;
   kill(): void;
@@ -53,12 +59,20 @@ export interface AdapterHooks {
  * (a spawn error, an error result), else a shell's "command not found" (exit 127), else
  * the exit itself, with its last stderr line.
  */
-export function exitFailure(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): AgentFailure {
+export function exitFailure(
+  proc: AgentProcess,
+  exit: { code: number | null; signal: NodeJS.Signals | null },
+): AgentFailure {
   const known = proc.failure();
   if (known) return known;
-  const lines = proc.stderrTail().split('\n').map((l) => l.trim()).filter((l) => l.length > 0);
+  const lines = proc
+    .stderrTail()
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.length > 0);
   const last = lines.at(-1) ?? '';
-  if (exit.code === 127 && /not found|No such file/i.test(last)) return { reason: 'binary_missing', msg: `command not found: ${last}` };
+  if (exit.code === 127 && /not found|No such file/i.test(last))
+    return { reason: 'binary_missing', msg: `command not found: ${last}` };
   const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
   return { reason: 'exit_nonzero', msg: last ? `${how}: ${last}` : `${how} (nothing on stderr)` };
 }
@@ -115,7 +129,10 @@ export function wrapChild(
       const code = (err as NodeJS.ErrnoException).code;
       failure =
         code === 'ENOENT' || code === 'EACCES'
-          ? { reason: 'binary_missing', msg: `cannot run ${bin} (${err.message}); install it or point the spawner at it` }
+          ? {
+              reason: 'binary_missing',
+              msg: `cannot run ${bin} (${err.message}); install it or point the spawner at it`,
+            }
           : { reason: 'exit_nonzero', msg: `could not start ${bin}: ${err.message}` };
       resolve({ code: 127, signal: null });
     });

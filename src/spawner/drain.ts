@@ -56,7 +56,8 @@ export interface DrainOutput {
 }
 
 /** What Claude Code says when it has no usable credentials. */
-const NOT_LOGGED_IN = /not logged in|please run \/login|authentication_failed|invalid api key|oauth token (has )?expired|authentication required/i;
+const NOT_LOGGED_IN =
+  /not logged in|please run \/login|authentication_failed|invalid api key|oauth token (has )?expired|authentication required/i;
 
 const isBlock = (b: unknown): b is ContentBlock => b !== null && typeof b === 'object';
 
@@ -67,7 +68,9 @@ export function truncate(text: string, limit = ERROR_REASON_LIMIT): string {
 function resultText(content: unknown): string | null {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return null;
-  const texts = content.filter((b): b is { type: 'text'; text: string } => isBlock(b) && b.type === 'text' && typeof b.text === 'string').map((b) => b.text);
+  const texts = content
+    .filter((b): b is { type: 'text'; text: string } => isBlock(b) && b.type === 'text' && typeof b.text === 'string')
+    .map((b) => b.text);
   return texts.length > 0 ? texts.join('') : null;
 }
 
@@ -81,10 +84,16 @@ export class StreamJsonDrain {
   constructor(private readonly now: () => number = () => performance.now()) {}
 
   private failureOf(msg: StreamLine): { reason: AgentErrorReason; detail: string } {
-    const text = typeof msg.result === 'string' && msg.result.length > 0 ? msg.result : Array.isArray(msg.errors) ? msg.errors.join('; ') : (msg.subtype ?? 'error');
+    const text =
+      typeof msg.result === 'string' && msg.result.length > 0
+        ? msg.result
+        : Array.isArray(msg.errors)
+          ? msg.errors.join('; ')
+          : (msg.subtype ?? 'error');
     const kind = this.lastError;
     this.lastError = null;
-    const reason: AgentErrorReason = kind === 'authentication_failed' || NOT_LOGGED_IN.test(text) ? 'not_logged_in' : 'api_error';
+    const reason: AgentErrorReason =
+      kind === 'authentication_failed' || NOT_LOGGED_IN.test(text) ? 'not_logged_in' : 'api_error';
     return { reason, detail: truncate(text.replace(/\s+/g, ' ').trim(), 500) };
   }
 
@@ -144,7 +153,9 @@ export class StreamJsonDrain {
         stop_reason: m.stop_reason ?? null,
         input_tokens: u.input_tokens ?? 0,
         output_tokens: u.output_tokens ?? 0,
-        ...(u.cache_creation_input_tokens !== undefined ? { cache_creation_input_tokens: u.cache_creation_input_tokens } : {}),
+        ...(u.cache_creation_input_tokens !== undefined
+          ? { cache_creation_input_tokens: u.cache_creation_input_tokens }
+          : {}),
         ...(u.cache_read_input_tokens !== undefined ? { cache_read_input_tokens: u.cache_read_input_tokens } : {}),
       } as DrainedEvent);
     }
@@ -152,11 +163,23 @@ export class StreamJsonDrain {
       .filter((b) => b.type === 'text' && typeof b.text === 'string')
       .map((b) => b.text)
       .join('');
-    if (text.length > 0) out.push({ event: 'assistant_text', message_id: messageId, text, stop_reason: m.stop_reason ?? null } as DrainedEvent);
+    if (text.length > 0)
+      out.push({
+        event: 'assistant_text',
+        message_id: messageId,
+        text,
+        stop_reason: m.stop_reason ?? null,
+      } as DrainedEvent);
     for (const b of blocks) {
       if (b.type !== 'tool_use' || !b.id) continue;
       this.pendingTools.set(b.id, this.now());
-      out.push({ event: 'tool_called', message_id: messageId || null, tool_use_id: b.id, name: b.name ?? '', input: b.input ?? null } as DrainedEvent);
+      out.push({
+        event: 'tool_called',
+        message_id: messageId || null,
+        tool_use_id: b.id,
+        name: b.name ?? '',
+        input: b.input ?? null,
+      } as DrainedEvent);
     }
     return out;
   }
@@ -204,6 +227,9 @@ export function drainedEventProblem(raw: Record<string, unknown>): string | null
   if (parsed.success) return null;
   const issue = parsed.error.issues[0]!;
   const field = issue.path.map(String).join('.') || '(event)';
-  const value = issue.path.reduce<unknown>((v, k) => (v !== null && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[k] : undefined), raw);
+  const value = issue.path.reduce<unknown>(
+    (v, k) => (v !== null && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[k] : undefined),
+    raw,
+  );
   return value === undefined ? `${field}: required` : `${field}: ${issue.message}`;
 }

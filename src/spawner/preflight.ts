@@ -33,7 +33,10 @@ export async function claudePreflight(bin: string, env: NodeJS.ProcessEnv = proc
   return { ok: true, version: version.version, credentials };
 }
 
-function runVersion(bin: string, env: NodeJS.ProcessEnv): Promise<{ ok: true; version: string } | { ok: false; problem: string }> {
+function runVersion(
+  bin: string,
+  env: NodeJS.ProcessEnv,
+): Promise<{ ok: true; version: string } | { ok: false; problem: string }> {
   return new Promise((resolve) => {
     execFile(bin, ['--version'], { env, timeout: 30_000, encoding: 'utf8' }, (err, stdout, stderr) => {
       if (!err) return resolve({ ok: true, version: stdout.trim().split('\n')[0] ?? '' });
@@ -45,7 +48,10 @@ function runVersion(bin: string, env: NodeJS.ProcessEnv): Promise<{ ok: true; ve
         });
       }
       const last = stderr.trim().split('\n').at(-1) ?? '';
-      resolve({ ok: false, problem: `\`${bin} --version\` failed (${err.message.split('\n')[0]}${last ? `: ${last}` : ''}) ${SKIP}` });
+      resolve({
+        ok: false,
+        problem: `\`${bin} --version\` failed (${err.message.split('\n')[0]}${last ? `: ${last}` : ''}) ${SKIP}`,
+      });
     });
   });
 }
@@ -75,24 +81,30 @@ const nonEmpty = (v: unknown) => typeof v === 'string' && v.trim().length > 0;
  */
 export function findCredentials(env: NodeJS.ProcessEnv): string | null {
   for (const key of ENV_KEYS) if (nonEmpty(env[key])) return `environment ${key}`;
-  for (const key of PROVIDER_SWITCHES) if (env[key] && env[key] !== '0' && env[key] !== 'false') return `cloud provider (${key})`;
+  for (const key of PROVIDER_SWITCHES)
+    if (env[key] && env[key] !== '0' && env[key] !== 'false') return `cloud provider (${key})`;
   const dir = configDir(env);
   const settingsFiles = [
     path.join(dir, 'settings.json'),
     path.join(dir, 'settings.local.json'),
-    process.platform === 'darwin' ? '/Library/Application Support/ClaudeCode/managed-settings.json' : '/etc/claude-code/managed-settings.json',
+    process.platform === 'darwin'
+      ? '/Library/Application Support/ClaudeCode/managed-settings.json'
+      : '/etc/claude-code/managed-settings.json',
   ];
   for (const file of settingsFiles) {
     const settings = readJson(file);
     if (!settings) continue;
     if (nonEmpty(settings.apiKeyHelper)) return `apiKeyHelper in ${file}`;
     const block = settings.env as Record<string, unknown> | undefined;
-    if (block && typeof block === 'object') for (const key of ENV_KEYS) if (nonEmpty(block[key])) return `${key} in ${file}`;
+    if (block && typeof block === 'object')
+      for (const key of ENV_KEYS) if (nonEmpty(block[key])) return `${key} in ${file}`;
   }
   const credentialsFile = path.join(dir, '.credentials.json');
   const oauth = readJson(credentialsFile)?.claudeAiOauth as Record<string, unknown> | undefined;
   if (oauth && (nonEmpty(oauth.accessToken) || nonEmpty(oauth.refreshToken))) return `login in ${credentialsFile}`;
-  const stateFile = env.CLAUDE_CONFIG_DIR ? path.join(dir, '.claude.json') : path.join(env.HOME || os.homedir(), '.claude.json');
+  const stateFile = env.CLAUDE_CONFIG_DIR
+    ? path.join(dir, '.claude.json')
+    : path.join(env.HOME || os.homedir(), '.claude.json');
   if (nonEmpty(readJson(stateFile)?.primaryApiKey)) return `API key login in ${stateFile}`;
   if (process.platform === 'darwin' && keychainHasLogin()) return 'login in the macOS Keychain';
   return null;
@@ -101,7 +113,10 @@ export function findCredentials(env: NodeJS.ProcessEnv): string | null {
 function keychainHasLogin(): boolean {
   try {
     // Only whether the item exists (no -w: its secret is never read).
-    const { status } = spawnSync('security', ['find-generic-password', '-s', 'Claude Code-credentials'], { stdio: 'ignore', timeout: 10_000 });
+    const { status } = spawnSync('security', ['find-generic-password', '-s', 'Claude Code-credentials'], {
+      stdio: 'ignore',
+      timeout: 10_000,
+    });
     return status === 0;
   } catch {
     return false;

@@ -38,7 +38,10 @@ export class Reachability {
     if (!this.reachable) return;
     this.reachable = false;
     this.outages++;
-    this.log.warn({ server: this.serverUrl }, 'the server is unreachable; agents keep running and their reports wait in the spool');
+    this.log.warn(
+      { server: this.serverUrl },
+      'the server is unreachable; agents keep running and their reports wait in the spool',
+    );
   }
 
   /** Resolves once the server answers again (at once if it does now). */

@@ -68,7 +68,8 @@ export function describeStreamFailure(serverUrl: string, err: unknown): string {
   if (err instanceof StreamRefused) {
     if (err.status === 503) {
       const standby = standbyOf(err.body);
-      if (standby) return `the server at ${serverUrl} is a standby replica (the active one is ${standby.active ?? 'not known yet'})`;
+      if (standby)
+        return `the server at ${serverUrl} is a standby replica (the active one is ${standby.active ?? 'not known yet'})`;
     }
     const body = err.body.replace(/\s+/g, ' ').trim().slice(0, 200);
     return `the server at ${serverUrl} refused the command stream (${err.status}${body ? `: ${body}` : ''})`;
@@ -78,7 +79,8 @@ export function describeStreamFailure(serverUrl: string, err: unknown): string {
   }
   const why = innermost(err);
   // fetch() fails before any response (refused, reset, no route): the server is not there.
-  if (err instanceof TypeError && err.message === 'fetch failed') return `cannot reach the server at ${serverUrl} (${why})`;
+  if (err instanceof TypeError && err.message === 'fetch failed')
+    return `cannot reach the server at ${serverUrl} (${why})`;
   return `the command stream from ${serverUrl} was cut (${why})`;
 }
 
@@ -94,7 +96,11 @@ function standbyOf(body: string): { active: string | null } | null {
 /** The root cause: a system error's code (ECONNREFUSED), else the deepest message (`other side closed`). */
 function innermost(err: unknown): string {
   let message = String((err as Error | undefined)?.message ?? err);
-  for (let e = err as { code?: unknown; cause?: unknown; message?: unknown } | undefined, depth = 0; e && depth < 5; e = e.cause as typeof e, depth++) {
+  for (
+    let e = err as { code?: unknown; cause?: unknown; message?: unknown } | undefined, depth = 0;
+    e && depth < 5;
+    e = e.cause as typeof e, depth++
+  ) {
     if (typeof e.code === 'string' && /^E[A-Z]+$/.test(e.code)) return e.code;
     if (typeof e.message === 'string' && e.message) message = e.message;
   }

@@ -3,11 +3,29 @@ import os from 'node:os';
 import path from 'node:path';
 import { createParser } from 'eventsource-parser';
 import type { Logger } from 'pino';
-import { INSTANCE_HEADER, SPAWNER_API, SPOOL_SEQ_HEADER, type AckBody, type DrainedEvent, type HeartbeatBody, type LaunchCommand, type SpawnerCommand, type StartedBody } from '../protocol/spawner.js';
+import {
+  INSTANCE_HEADER,
+  SPAWNER_API,
+  SPOOL_SEQ_HEADER,
+  type AckBody,
+  type DrainedEvent,
+  type HeartbeatBody,
+  type LaunchCommand,
+  type SpawnerCommand,
+  type StartedBody,
+} from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
 import { Reachability } from './reachability.js';
 import { reaped, Reaper } from './reaper.js';
-import { Backoff, SILENT_BEATS, StreamSilent, describeStreamFailure, retryAfterMs, seconds, StreamRefused } from './reconnect.js';
+import {
+  Backoff,
+  SILENT_BEATS,
+  StreamSilent,
+  describeStreamFailure,
+  retryAfterMs,
+  seconds,
+  StreamRefused,
+} from './reconnect.js';
 import type { SendOutcome, Spool } from './spool.js';
 import { Supervisor, type SupervisorHost } from './supervisor.js';
 
@@ -81,9 +99,13 @@ export class Spawner implements SupervisorHost {
 
   /** Connects and keeps reconnecting until stopped. */
   async run(): Promise<void> {
-    this.reaper.start((err) => this.log.warn({ err: err.message }, 'no reaper: agents rely on their stdin closing if this spawner dies'));
-    const sending = this.opts.spool.deliver((route, body, seq) => this.sendSpooled(route, body, seq), this.stopping.signal, (route, seq) =>
-      this.log.error({ route, seq }, 'the server refused a spooled report; dropped it'),
+    this.reaper.start((err) =>
+      this.log.warn({ err: err.message }, 'no reaper: agents rely on their stdin closing if this spawner dies'),
+    );
+    const sending = this.opts.spool.deliver(
+      (route, body, seq) => this.sendSpooled(route, body, seq),
+      this.stopping.signal,
+      (route, seq) => this.log.error({ route, seq }, 'the server refused a spooled report; dropped it'),
     );
     // A server restarting, failing over to another replica or gone for a while: keep
     // trying (reconnect.ts), one line each time saying why and for how long.
@@ -137,14 +159,21 @@ export class Spawner implements SupervisorHost {
 
   private async streamUntil(url: string, signal: AbortSignal, opened: () => void, heard: () => void): Promise<void> {
     const res = await fetch(url, {
-      headers: { authorization: `Bearer ${this.opts.token}`, accept: 'text/event-stream', [INSTANCE_HEADER]: this.instance },
+      headers: {
+        authorization: `Bearer ${this.opts.token}`,
+        accept: 'text/event-stream',
+        [INSTANCE_HEADER]: this.instance,
+      },
       signal,
     });
     if (!res.ok || !res.body) {
       const body = await res.text().catch(() => '');
       if (res.status === 401) {
         // A bad token will not get better by retrying.
-        this.log.error({ server: this.opts.serverUrl, body: body.slice(0, 300) }, `the server at ${this.opts.serverUrl} refused this spawner's token (401): stopping`);
+        this.log.error(
+          { server: this.opts.serverUrl, body: body.slice(0, 300) },
+          `the server at ${this.opts.serverUrl} refused this spawner's token (401): stopping`,
+        );
         this.stop();
       }
       throw new StreamRefused(res.status, body, retryAfterMs(res.headers.get('retry-after')));
@@ -155,7 +184,9 @@ export class Spawner implements SupervisorHost {
         if (e.event !== 'command') return;
         const command = JSON.parse(e.data) as SpawnerCommand;
         // Commands are handled one at a time, in the order the server sent them.
-        this.commands = this.commands.then(() => this.handle(command)).catch((err: unknown) => this.log.error({ err }, 'command failed'));
+        this.commands = this.commands
+          .then(() => this.handle(command))
+          .catch((err: unknown) => this.log.error({ err }, 'command failed'));
       },
     });
     const decoder = new TextDecoder();
@@ -188,7 +219,10 @@ export class Spawner implements SupervisorHost {
         // Not ours any more (terminated, or running elsewhere): end it and report nothing.
         const sup = this.agents.get(command.agent_id);
         if (!sup) return;
-        this.log.warn({ agent: command.agent_id, reason: command.reason }, 'the server says this agent is not ours; ending it here');
+        this.log.warn(
+          { agent: command.agent_id, reason: command.reason },
+          'the server says this agent is not ours; ending it here',
+        );
         sup.abandon();
         this.agents.delete(command.agent_id);
         if (command.reason === 'terminated') this.ended.add(command.agent_id);
@@ -223,8 +257,13 @@ export class Spawner implements SupervisorHost {
     // Each beat reports what this spawner really runs; the first follows the hello at once.
     // While the stream is down its retry lines say why; a failed beat then is no news.
     const beat = () =>
-      void this.post('/heartbeat', { agents: [...this.agents.values()].map((sup) => sup.running()) }).catch((err: unknown) =>
-        (this.reachability.up ? this.log.warn : this.log.debug).call(this.log, { err: (err as Error).message }, 'heartbeat failed'),
+      void this.post('/heartbeat', { agents: [...this.agents.values()].map((sup) => sup.running()) }).catch(
+        (err: unknown) =>
+          (this.reachability.up ? this.log.warn : this.log.debug).call(
+            this.log,
+            { err: (err as Error).message },
+            'heartbeat failed',
+          ),
       );
     beat();
     this.heartbeat = setInterval(beat, this.heartbeatS * 1000);
@@ -234,14 +273,21 @@ export class Spawner implements SupervisorHost {
    * Reports (events, acks, starts) go through the spool: durable on disk first, sent in
    * order when the server answers. The heartbeat goes straight out.
    */
-  async post(route: string, body: AckBody | StartedBody | HeartbeatBody | { events: DrainedEvent[] } | Record<string, never>): Promise<void> {
+  async post(
+    route: string,
+    body: AckBody | StartedBody | HeartbeatBody | { events: DrainedEvent[] } | Record<string, never>,
+  ): Promise<void> {
     if (route !== '/heartbeat') {
       const observing = 'events' in body && body.events.every((e) => OBSERVING.has(e.event));
       return this.opts.spool.append(route, body, observing);
     }
     const res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json', [INSTANCE_HEADER]: this.instance },
+      headers: {
+        authorization: `Bearer ${this.opts.token}`,
+        'content-type': 'application/json',
+        [INSTANCE_HEADER]: this.instance,
+      },
       body: JSON.stringify(body),
     });
     if (!res.ok) throw new Error(`${route}: ${res.status} ${await res.text()}`);
@@ -253,7 +299,12 @@ export class Spawner implements SupervisorHost {
     try {
       res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${this.opts.token}`, 'content-type': 'application/json', [INSTANCE_HEADER]: this.instance, [SPOOL_SEQ_HEADER]: String(seq) },
+        headers: {
+          authorization: `Bearer ${this.opts.token}`,
+          'content-type': 'application/json',
+          [INSTANCE_HEADER]: this.instance,
+          [SPOOL_SEQ_HEADER]: String(seq),
+        },
         body: JSON.stringify(body),
         signal: AbortSignal.any([this.stopping.signal, AbortSignal.timeout(30_000)]),
       });
@@ -265,7 +316,10 @@ export class Spawner implements SupervisorHost {
     if (res.ok) return 'ok';
     // The server is failing, stopping or refusing our token for now: keep it for later.
     if (res.status >= 500 || res.status === 401 || res.status === 408 || res.status === 429) {
-      this.log.warn({ route, status: res.status, body: text.slice(0, 300) }, 'the server did not take a spooled report; retrying');
+      this.log.warn(
+        { route, status: res.status, body: text.slice(0, 300) },
+        'the server did not take a spooled report; retrying',
+      );
       return 'retry';
     }
     this.log.error({ route, status: res.status, body: text.slice(0, 300) }, 'spooled report refused');
@@ -298,7 +352,9 @@ export class Spawner implements SupervisorHost {
   }
 
   cwdFor(launch: LaunchCommand): string {
-    const wanted = this.opts.workdir ? path.join(this.opts.workdir, launch.task_id, launch.agent_id) : launch.workspace_path;
+    const wanted = this.opts.workdir
+      ? path.join(this.opts.workdir, launch.task_id, launch.agent_id)
+      : launch.workspace_path;
     try {
       mkdirSync(wanted, { recursive: true });
       return wanted;

@@ -26,7 +26,10 @@ export function readSpoolIdentity(dir: string): SpoolIdentity | null {
 }
 
 export function writeSpoolIdentity(dir: string, identity: SpoolIdentity): void {
-  writeFileAtomic(path.join(dir, 'spawner.json'), JSON.stringify({ instance: identity.instance, seq_reserved: identity.seq_reserved }) + '\n');
+  writeFileAtomic(
+    path.join(dir, 'spawner.json'),
+    JSON.stringify({ instance: identity.instance, seq_reserved: identity.seq_reserved }) + '\n',
+  );
 }
 
 /** One spawner per spool dir: a second would number the same sequences twice. */
@@ -43,7 +46,9 @@ export function lockSpoolDir(dir: string): void {
     }
     const pid = Number.parseInt(readFileSync(file, 'utf8'), 10);
     if (Number.isInteger(pid) && pid !== process.pid && pidAlive(pid)) {
-      throw new SpoolBusy(`the spool dir ${dir} is in use by spawner pid ${pid}; give this spawner its own --spool-dir`);
+      throw new SpoolBusy(
+        `the spool dir ${dir} is in use by spawner pid ${pid}; give this spawner its own --spool-dir`,
+      );
     }
     rmSync(file, { force: true }); // left by a process that died
   }

@@ -66,11 +66,23 @@ export class Spool {
   }
 
   /** Opens (or creates) the spool in `dir`; refuses one another live spawner uses. */
-  static async open(dir: string, opts: { maxBytes: number; newInstance: () => string; warn?: (msg: string, fields: Record<string, unknown>) => void }): Promise<Spool> {
+  static async open(
+    dir: string,
+    opts: {
+      maxBytes: number;
+      newInstance: () => string;
+      warn?: (msg: string, fields: Record<string, unknown>) => void;
+    },
+  ): Promise<Spool> {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     lockSpoolDir(dir);
     const identity = readSpoolIdentity(dir);
-    const spool = new Spool(dir, identity?.instance ?? opts.newInstance(), opts.maxBytes, opts.warn ?? (() => undefined));
+    const spool = new Spool(
+      dir,
+      identity?.instance ?? opts.newInstance(),
+      opts.maxBytes,
+      opts.warn ?? (() => undefined),
+    );
     const { entries, goodBytes, fileBytes } = readSpoolFile(spool.file);
     if (goodBytes < fileBytes) {
       // A torn last entry (the process died mid-write) was never durable: cut it off so the next append starts on a line of its own.
@@ -103,7 +115,11 @@ export class Spool {
    */
   append(route: string, body: unknown, droppable = false): Promise<void> {
     if (droppable && this.queuedBytes >= this.maxBytes) {
-      if (this.dropped++ === 0) this.warn('the spool is full; dropping drained events until the server takes some', { dir: this.dir, maxBytes: this.maxBytes });
+      if (this.dropped++ === 0)
+        this.warn('the spool is full; dropping drained events until the server takes some', {
+          dir: this.dir,
+          maxBytes: this.maxBytes,
+        });
       return Promise.resolve();
     }
     const seq = this.nextSeq++;
@@ -165,7 +181,8 @@ export class Spool {
   private head(): { route: string; body: unknown; seq: number; count: number } | null {
     const first = this.queue[0];
     if (!first) return null;
-    if (!first.route.endsWith('/events') || first.seq <= this.singleUntil) return { route: first.route, body: first.body, seq: first.seq, count: 1 };
+    if (!first.route.endsWith('/events') || first.seq <= this.singleUntil)
+      return { route: first.route, body: first.body, seq: first.seq, count: 1 };
     const events: unknown[] = [];
     let count = 0;
     for (const e of this.queue) {
@@ -183,7 +200,11 @@ export class Spool {
    * of one post: `ok` (committed, or a replay the server ignored), `refused` (the server will
    * never take it: dropped), `retry` (unreachable or failing: waits, then tries again).
    */
-  async deliver(send: (route: string, body: unknown, seq: number) => Promise<SendOutcome>, signal: AbortSignal, refused: (route: string, seq: number) => void): Promise<void> {
+  async deliver(
+    send: (route: string, body: unknown, seq: number) => Promise<SendOutcome>,
+    signal: AbortSignal,
+    refused: (route: string, seq: number) => void,
+  ): Promise<void> {
     let backoff = 250;
     const stop = () => this.nudge();
     signal.addEventListener('abort', stop, { once: true });

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { AckBody, DeliverCommand, DrainedEvent, LaunchCommand, RunningAgent, StartedBody } from '../protocol/spawner.js';
+import type {
+  AckBody,
+  DeliverCommand,
+  DrainedEvent,
+  LaunchCommand,
+  RunningAgent,
+  StartedBody,
+} from '../protocol/spawner.js';
 import { exitFailure, failureLine, type Adapter, type AgentProcess } from './adapter.js';
 
 /** Consecutive strikes before the spawner stops resuming an agent (docs/spawner-protocol.md). */
@@ -89,7 +96,9 @@ export class Supervisor {
   private report(events: DrainedEvent[]): Promise<void> {
     this.posts = this.posts
       .then(() => this.spawner.post(`/agents/${this.id}/events`, { events }))
-      .catch((err: unknown) => this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not post events'));
+      .catch((err: unknown) =>
+        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not post events'),
+      );
     return this.posts;
   }
 
@@ -118,14 +127,18 @@ export class Supervisor {
     await this.posts;
     await this.spawner
       .post(`/agents/${this.id}/started`, { session_id: this.sessionId, resumed: resume })
-      .catch((err: unknown) => this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not report the start'));
+      .catch((err: unknown) =>
+        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not report the start'),
+      );
     for (const d of this.waiting.splice(0)) await this.deliver(d);
     void proc.exited
       .then((exit) => this.onExit(proc, exit))
       .catch((err: unknown) => {
         // Could not restart it (e.g. its files could not be written): give it up, loudly.
         this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not restart the agent');
-        void this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent]).then(() => this.giveUp());
+        void this.report([
+          { event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent,
+        ]).then(() => this.giveUp());
       });
   }
 
@@ -153,7 +166,9 @@ export class Supervisor {
   private async ack(messageId: string): Promise<void> {
     await this.spawner
       .post('/ack', { type: 'deliver', agent_id: this.id, message_id: messageId })
-      .catch((err: unknown) => this.spawner.log.warn({ err: (err as Error).message, agent: this.id }, 'delivery ack failed'));
+      .catch((err: unknown) =>
+        this.spawner.log.warn({ err: (err as Error).message, agent: this.id }, 'delivery ack failed'),
+      );
   }
 
   /** Ends the process gracefully; after the grace time it is killed (`terminate.forced`). */
@@ -178,9 +193,11 @@ export class Supervisor {
     if (this.graceTimer) clearTimeout(this.graceTimer);
     if (this.forced) await this.report([{ event: 'terminate.forced' } as DrainedEvent]);
     await this.posts;
-    await this.spawner.post('/ack', { type: 'terminate', agent_id: this.id }).catch((err: unknown) =>
-      this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'terminate ack failed'),
-    );
+    await this.spawner
+      .post('/ack', { type: 'terminate', agent_id: this.id })
+      .catch((err: unknown) =>
+        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'terminate ack failed'),
+      );
     this.spawner.forget(this.id, true);
   }
 
@@ -205,7 +222,10 @@ export class Supervisor {
     });
   }
 
-  private async onExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+  private async onExit(
+    proc: AgentProcess,
+    exit: { code: number | null; signal: NodeJS.Signals | null },
+  ): Promise<void> {
     if (proc !== this.proc || this.abandoned) return;
     this.proc = null;
     if (this.terminating) return this.finishTermination();
@@ -218,7 +238,11 @@ export class Supervisor {
   }
 
   /** A terminate that arrived while the exit was being reported wins over a restart. */
-  private async restartUnlessTerminated(resume: boolean, sessionId: string | null, nudge: string | null): Promise<void> {
+  private async restartUnlessTerminated(
+    resume: boolean,
+    sessionId: string | null,
+    nudge: string | null,
+  ): Promise<void> {
     if (this.abandoned) return;
     if (this.terminating) return this.finishTermination();
     return this.start(resume, sessionId, nudge);
@@ -229,7 +253,10 @@ export class Supervisor {
     this.spawner.forget(this.id);
   }
 
-  private async afterExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+  private async afterExit(
+    proc: AgentProcess,
+    exit: { code: number | null; signal: NodeJS.Signals | null },
+  ): Promise<void> {
     const log = this.spawner.log;
     if (await this.spawner.exitDuringOutage(this.outagesAtStart)) return this.afterOutageExit(proc, exit);
     if (exit.code === 0) {
@@ -245,7 +272,11 @@ export class Supervisor {
       }
       log.error({ agent: this.id }, 'agent exited on its own three times; escalating');
       await this.report([
-        { event: 'contract_violation', strike_count: strike, action: this.launch.is_root ? 'escalated_to_user' : 'escalated_to_leader' } as DrainedEvent,
+        {
+          event: 'contract_violation',
+          strike_count: strike,
+          action: this.launch.is_root ? 'escalated_to_user' : 'escalated_to_leader',
+        } as DrainedEvent,
         { event: 'agent_completed', terminated: false, stop_reason: 'contract_violation_escalated' } as DrainedEvent,
       ]);
       return this.giveUp();
@@ -255,9 +286,18 @@ export class Supervisor {
     const stderr = proc.stderrTail();
     const msg = exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`;
     const failure = exitFailure(proc, exit);
-    log.error({ agent: this.id, strike, reason: failure.reason }, `${failureLine(this.launch, failure)} (strike ${strike} of ${STRIKES})`);
+    log.error(
+      { agent: this.id, strike, reason: failure.reason },
+      `${failureLine(this.launch, failure)} (strike ${strike} of ${STRIKES})`,
+    );
     await this.report([
-      { event: 'agent_error', exception: 'ProcessExit', msg: failure.msg, stderr, reason: failure.reason } as DrainedEvent,
+      {
+        event: 'agent_error',
+        exception: 'ProcessExit',
+        msg: failure.msg,
+        stderr,
+        reason: failure.reason,
+      } as DrainedEvent,
       { event: 'agent_crashed', exception: 'ProcessExit', msg, strike_count: strike, stderr } as DrainedEvent,
     ]);
     if (strike < STRIKES) {
@@ -268,7 +308,9 @@ export class Supervisor {
       return this.restartUnlessTerminated(strike === 1, strike === 1 ? this.sessionId : null, null);
     }
     await this.report([
-      ...(this.launch.is_root ? [{ event: 'root_crash_escalation', crash_strikes: strike, stderr } as DrainedEvent] : []),
+      ...(this.launch.is_root
+        ? [{ event: 'root_crash_escalation', crash_strikes: strike, stderr } as DrainedEvent]
+        : []),
       { event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent,
     ]);
     return this.giveUp();
@@ -279,9 +321,15 @@ export class Supervisor {
    * ask_user was cut by a restart): not the agent's fault, so no strike. It resumes its
    * session once the server answers again.
    */
-  private async afterOutageExit(proc: AgentProcess, exit: { code: number | null; signal: NodeJS.Signals | null }): Promise<void> {
+  private async afterOutageExit(
+    proc: AgentProcess,
+    exit: { code: number | null; signal: NodeJS.Signals | null },
+  ): Promise<void> {
     const msg = `${exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`} while the server was unreachable`;
-    this.spawner.log.warn({ agent: this.id, msg }, 'agent exited during a server outage; resuming it without a strike once the server is back');
+    this.spawner.log.warn(
+      { agent: this.id, msg },
+      'agent exited during a server outage; resuming it without a strike once the server is back',
+    );
     await this.report([
       { event: 'agent_error', exception: 'ServerUnreachable', msg, stderr: proc.stderrTail() } as DrainedEvent,
       { event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent,

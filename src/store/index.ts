@@ -43,7 +43,12 @@ export interface Store {
 }
 
 /** `lease`: with a database URL, the log's lease (its holder's name, length, and what to do once it is lost). */
-export async function openStore(config: Pick<Config, 'databaseUrl'>, paths: ReturnType<typeof homePaths>, clock: Clock, lease: LeaseOptions = {}): Promise<Store> {
+export async function openStore(
+  config: Pick<Config, 'databaseUrl'>,
+  paths: ReturnType<typeof homePaths>,
+  clock: Clock,
+  lease: LeaseOptions = {},
+): Promise<Store> {
   const url = config.databaseUrl;
   if (!url) {
     return {

@@ -20,7 +20,9 @@ export interface ClaudeHomeOptions {
 
 export function settleClaudeHome(home: string, opts: ClaudeHomeOptions): void {
   mkdirSync(path.join(home, '.claude'), { recursive: true });
-  const projects = Object.fromEntries(opts.projects.map((p) => [p, { hasTrustDialogAccepted: true, hasCompletedProjectOnboarding: true }]));
+  const projects = Object.fromEntries(
+    opts.projects.map((p) => [p, { hasTrustDialogAccepted: true, hasCompletedProjectOnboarding: true }]),
+  );
   writeFileSync(
     path.join(home, '.claude.json'),
     JSON.stringify({
@@ -32,11 +34,19 @@ export function settleClaudeHome(home: string, opts: ClaudeHomeOptions): void {
       projects,
     }),
   );
-  if (opts.bypass) writeFileSync(path.join(home, '.claude', 'settings.json'), JSON.stringify({ skipDangerousModePermissionPrompt: true }));
+  if (opts.bypass)
+    writeFileSync(
+      path.join(home, '.claude', 'settings.json'),
+      JSON.stringify({ skipDangerousModePermissionPrompt: true }),
+    );
 }
 
 /** Claude Code's environment: the fake as its API, the throwaway HOME, nothing of the session running the tests. */
-export function claudeEnv(fake: FakeAnthropic, home: string, extra: Record<string, string> = {}): Record<string, string> {
+export function claudeEnv(
+  fake: FakeAnthropic,
+  home: string,
+  extra: Record<string, string> = {},
+): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) {
     if (v === undefined || /^(ANTHROPIC_|CLAUDE|BEIDOU_|MCP_|TMUX)/.test(k) || k === 'IS_SANDBOX') continue;
@@ -71,12 +81,32 @@ export interface TmuxClaude {
 
 export function startTmuxClaude(cwd: string, env: Record<string, string>, args: string[] = []): TmuxClaude {
   const socketName = `beidou-test-${process.pid}-${++servers}`;
-  const tmux = (...a: string[]) => execFileSync('tmux', ['-L', socketName, ...a], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  const tmux = (...a: string[]) =>
+    execFileSync('tmux', ['-L', socketName, ...a], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   const assignments = Object.entries(env).map(([k, v]) => `${k}=${v}`);
   try {
-    tmux('new-session', '-d', '-s', 'claude', '-x', '160', '-y', '50', '-c', cwd, 'env', '-i', ...assignments, CLAUDE, ...args);
+    tmux(
+      'new-session',
+      '-d',
+      '-s',
+      'claude',
+      '-x',
+      '160',
+      '-y',
+      '50',
+      '-c',
+      cwd,
+      'env',
+      '-i',
+      ...assignments,
+      CLAUDE,
+      ...args,
+    );
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new Error('tmux is not installed: the interactive Claude Code tests need it (apt-get install tmux; .ci/run does)');
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new Error(
+        'tmux is not installed: the interactive Claude Code tests need it (apt-get install tmux; .ci/run does)',
+      );
     throw err;
   }
   let killed = false;
@@ -106,7 +136,9 @@ export function startTmuxClaude(cwd: string, env: Record<string, string>, args: 
 /** What Claude Code says in `$HOME/.claude/sessions/<pid>.json` about whether it is working: 'idle', 'busy', or null before it says. */
 export function sessionStatus(home: string, pid: number): string | null {
   try {
-    const status = (JSON.parse(readFileSync(path.join(home, '.claude', 'sessions', `${pid}.json`), 'utf8')) as { status?: unknown }).status;
+    const status = (
+      JSON.parse(readFileSync(path.join(home, '.claude', 'sessions', `${pid}.json`), 'utf8')) as { status?: unknown }
+    ).status;
     return typeof status === 'string' ? status : null;
   } catch {
     return null;

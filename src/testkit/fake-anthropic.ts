@@ -83,7 +83,10 @@ export interface FakeAnthropic {
   /** How many turns have been handed out. */
   readonly consumed: number;
   /** Resolves with the first request (already recorded or still to come) matching `match`. */
-  waitForRequest(match: (r: RecordedRequest) => boolean, opts?: { timeoutMs?: number; what?: string }): Promise<RecordedRequest>;
+  waitForRequest(
+    match: (r: RecordedRequest) => boolean,
+    opts?: { timeoutMs?: number; what?: string },
+  ): Promise<RecordedRequest>;
   /** The request that took turn `index` (waits for it). */
   waitForTurn(index: number, opts?: { timeoutMs?: number }): Promise<RecordedRequest>;
   close(): Promise<void>;
@@ -152,7 +155,11 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
     const seen = triggers.get(signature);
     if (seen !== undefined) return seen;
     if (next >= turns.length) return null;
-    const results = new Set(blocks(last).filter((b) => b.type === 'tool_result').map((b) => b.tool_use_id));
+    const results = new Set(
+      blocks(last)
+        .filter((b) => b.type === 'tool_result')
+        .map((b) => b.tool_use_id),
+    );
     const hasText = blocks(last).some((b) => b.type === 'text' && (b.text ?? '').trim().length > 0);
     const answers = expecting.length > 0 ? expecting.every((id) => results.has(id)) : hasText && results.size === 0;
     if (!answers) return null;
@@ -186,23 +193,52 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
     const id = `msg_fake_${++ids}`;
     recorded.messageId = id;
     recorded.toolUseIds = content.filter((b) => b.type === 'tool_use').map((b) => b.id!);
-    const usage = { input_tokens: 100 + ids, output_tokens: 10 + content.length, cache_creation_input_tokens: 0, cache_read_input_tokens: 50 };
+    const usage = {
+      input_tokens: 100 + ids,
+      output_tokens: 10 + content.length,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 50,
+    };
     if (!body.stream) {
       res.writeHead(200, { 'content-type': 'application/json', 'request-id': `req_${id}` });
-      res.end(JSON.stringify({ id, type: 'message', role: 'assistant', model: body.model, content, stop_reason: stopReason, stop_sequence: null, usage }));
+      res.end(
+        JSON.stringify({
+          id,
+          type: 'message',
+          role: 'assistant',
+          model: body.model,
+          content,
+          stop_reason: stopReason,
+          stop_sequence: null,
+          usage,
+        }),
+      );
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'request-id': `req_${id}` });
-    const send = (type: string, data: Record<string, unknown>) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
+    const send = (type: string, data: Record<string, unknown>) =>
+      res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
     send('message_start', {
-      message: { id, type: 'message', role: 'assistant', model: body.model, content: [], stop_reason: null, stop_sequence: null, usage: { ...usage, output_tokens: 1 } },
+      message: {
+        id,
+        type: 'message',
+        role: 'assistant',
+        model: body.model,
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { ...usage, output_tokens: 1 },
+      },
     });
     content.forEach((block, index) => {
       if (block.type === 'text') {
         send('content_block_start', { index, content_block: { type: 'text', text: '' } });
         send('content_block_delta', { index, delta: { type: 'text_delta', text: block.text } });
       } else {
-        send('content_block_start', { index, content_block: { type: 'tool_use', id: block.id, name: block.name, input: {} } });
+        send('content_block_start', {
+          index,
+          content_block: { type: 'tool_use', id: block.id, name: block.name, input: {} },
+        });
         const json = JSON.stringify(block.input);
         // Two fragments, as the real API streams partial JSON.
         const cut = Math.floor(json.length / 2);
@@ -211,7 +247,10 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
       }
       send('content_block_stop', { index });
     });
-    send('message_delta', { delta: { stop_reason: stopReason, stop_sequence: null }, usage: { output_tokens: usage.output_tokens } });
+    send('message_delta', {
+      delta: { stop_reason: stopReason, stop_sequence: null },
+      usage: { output_tokens: usage.output_tokens },
+    });
     send('message_stop', {});
     res.end();
   };
@@ -240,7 +279,10 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
         if (req.method === 'HEAD') res.writeHead(200).end();
         else json(200, {});
       } else {
-        json(404, { type: 'error', error: { type: 'not_found_error', message: `fake-anthropic: no ${req.method} ${path}` } });
+        json(404, {
+          type: 'error',
+          error: { type: 'not_found_error', message: `fake-anthropic: no ${req.method} ${path}` },
+        });
       }
       record(recorded);
     })().catch((err: unknown) => {
@@ -262,8 +304,14 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
       };
       const timer = setTimeout(() => {
         done();
-        const seen = requests.map((r) => `${r.method} ${r.path}${r.kind ? ` (${r.kind}${r.turn !== undefined ? ` ${r.turn}` : ''})` : ''}`).join(', ');
-        reject(new Error(`fake-anthropic: timed out after ${timeoutMs} ms waiting for ${opts.what ?? 'a request'}; got: ${seen || 'nothing'}`));
+        const seen = requests
+          .map((r) => `${r.method} ${r.path}${r.kind ? ` (${r.kind}${r.turn !== undefined ? ` ${r.turn}` : ''})` : ''}`)
+          .join(', ');
+        reject(
+          new Error(
+            `fake-anthropic: timed out after ${timeoutMs} ms waiting for ${opts.what ?? 'a request'}; got: ${seen || 'nothing'}`,
+          ),
+        );
       }, timeoutMs);
       const done = () => {
         clearTimeout(timer);
@@ -283,7 +331,8 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
       return next;
     },
     waitForRequest,
-    waitForTurn: (index, opts = {}) => waitForRequest((r) => r.kind === 'scripted' && r.turn === index, { ...opts, what: `scripted turn ${index}` }),
+    waitForTurn: (index, opts = {}) =>
+      waitForRequest((r) => r.kind === 'scripted' && r.turn === index, { ...opts, what: `scripted turn ${index}` }),
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

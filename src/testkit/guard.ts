@@ -75,7 +75,9 @@ exit "$status"
 /** Starts `command args` under a guard; resolves once the guard has reported the child's pid. */
 export async function startGuarded(command: string, args: string[], opts: GuardOptions = {}): Promise<GuardedChild> {
   const shellArgs = ['-c', GUARD, opts.stopSignal ?? 'TERM', opts.stderrFile ?? '', command, ...args];
-  const [cmd, cmdArgs] = opts.user ? ['runuser', ['-u', opts.user, '--', '/bin/sh', ...shellArgs]] : ['/bin/sh', shellArgs];
+  const [cmd, cmdArgs] = opts.user
+    ? ['runuser', ['-u', opts.user, '--', '/bin/sh', ...shellArgs]]
+    : ['/bin/sh', shellArgs];
   const guard = spawn(cmd, cmdArgs, {
     stdio: ['pipe', opts.stdout ?? 'ignore', opts.stderr ?? 'ignore', 'pipe'],
     detached: opts.detached ?? false,
@@ -89,7 +91,10 @@ export async function startGuarded(command: string, args: string[], opts: GuardO
   const exited = new Promise<GuardExit>((resolve) => {
     guard.once('exit', (code, signal) => {
       // The guard exits with the child's status: 128 + N for a child ended by signal N.
-      const bySignal = code !== null && code > 128 ? (Object.entries(constants.signals).find(([, n]) => n === code - 128)?.[0] as NodeJS.Signals | undefined) : undefined;
+      const bySignal =
+        code !== null && code > 128
+          ? (Object.entries(constants.signals).find(([, n]) => n === code - 128)?.[0] as NodeJS.Signals | undefined)
+          : undefined;
       exit = bySignal ? { code: null, signal: bySignal } : { code, signal };
       guard.stdin!.end(); // the watcher's cat, if still there, ends too
       resolve(exit);
@@ -129,6 +134,12 @@ function readPid(fd3: Readable, exited: Promise<GuardExit>, guard: ChildProcess)
         resolve(Number(line[1]));
       }
     });
-    void exited.then((e) => reject(new Error(`the guard of ${guard.spawnargs.join(' ').slice(0, 200)} exited (${JSON.stringify(e)}) before it started its child`)));
+    void exited.then((e) =>
+      reject(
+        new Error(
+          `the guard of ${guard.spawnargs.join(' ').slice(0, 200)} exited (${JSON.stringify(e)}) before it started its child`,
+        ),
+      ),
+    );
   });
 }

@@ -44,7 +44,12 @@ export interface TestHaproxy {
 }
 
 /** The configuration a deployment would use (examples/haproxy.cfg), with the check interval given. */
-export function haproxyConfig(listenPort: number, backends: Array<{ name: string; address: string }>, checkMs = 1000, statsPort: number | null = null): string {
+export function haproxyConfig(
+  listenPort: number,
+  backends: Array<{ name: string; address: string }>,
+  checkMs = 1000,
+  statsPort: number | null = null,
+): string {
   return `global
   log stderr format raw local0 warning
 
@@ -80,7 +85,12 @@ export async function startHaproxy(backends: string[], opts: { checkMs?: number 
   const dir = mkdtempSync(path.join(os.tmpdir(), 'beidou-haproxy-'));
   const port = await freePort();
   const statsPort = await freePort();
-  const config = haproxyConfig(port, backends.map((address, i) => ({ name: `replica${i + 1}`, address })), opts.checkMs ?? 200, statsPort);
+  const config = haproxyConfig(
+    port,
+    backends.map((address, i) => ({ name: `replica${i + 1}`, address })),
+    opts.checkMs ?? 200,
+    statsPort,
+  );
   const file = path.join(dir, 'haproxy.cfg');
   writeFileSync(file, config);
   let stderr = '';
@@ -106,9 +116,15 @@ export async function startHaproxy(backends: string[], opts: { checkMs?: number 
   }
   const servers = async () => {
     const csv = await (await fetch(`http://127.0.0.1:${statsPort}/stats;csv`)).text();
-    const [head, ...rows] = csv.replace(/^# /, '').trim().split('\n').map((l) => l.split(','));
+    const [head, ...rows] = csv
+      .replace(/^# /, '')
+      .trim()
+      .split('\n')
+      .map((l) => l.split(','));
     const at = (name: string) => head!.indexOf(name);
-    return rows.filter((r) => r[at('pxname')] === 'replicas' && r[at('svname')] !== 'BACKEND').map((r) => ({ name: r[at('svname')]!, status: r[at('status')]! }));
+    return rows
+      .filter((r) => r[at('pxname')] === 'replicas' && r[at('svname')] !== 'BACKEND')
+      .map((r) => ({ name: r[at('svname')]!, status: r[at('status')]! }));
   };
   return {
     url,

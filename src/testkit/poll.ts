@@ -4,7 +4,11 @@
  * it every 20 ms until it yields a value, and fails after the deadline naming what it
  * waited for. The interval is the probe's pace, not a stand-in for the condition.
  */
-export async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, deadlineMs = 10_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  deadlineMs = 10_000,
+): Promise<T> {
   const end = Date.now() + deadlineMs;
   for (;;) {
     const value = await probe();

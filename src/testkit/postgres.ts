@@ -1,6 +1,15 @@
 // In src/ (not test/support/) so the bench, compiled from src/, can run against the PostgreSQL the tests use.
 import { execFileSync } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
@@ -41,7 +50,9 @@ export class PostgresMissingError extends Error {
 export function findPostgresBin(root = '/usr/lib/postgresql'): string {
   const versions = existsSync(root)
     ? readdirSync(root)
-        .filter((v) => existsSync(path.join(root, v, 'bin', 'initdb')) && existsSync(path.join(root, v, 'bin', 'postgres')))
+        .filter(
+          (v) => existsSync(path.join(root, v, 'bin', 'initdb')) && existsSync(path.join(root, v, 'bin', 'postgres')),
+        )
         .sort((a, b) => Number.parseFloat(b) - Number.parseFloat(a))
     : [];
   if (versions.length === 0) throw new PostgresMissingError(`${root}/*/bin`);
@@ -72,7 +83,11 @@ function serverUser(): string | null {
     // Created once per machine; nobody's home or shell is touched.
   }
   try {
-    execFileSync('useradd', ['--system', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/usr/sbin/nologin', PG_USER], { stdio: 'ignore' });
+    execFileSync(
+      'useradd',
+      ['--system', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/usr/sbin/nologin', PG_USER],
+      { stdio: 'ignore' },
+    );
     return PG_USER;
   } catch {
     return 'nobody';
@@ -99,7 +114,10 @@ export function sweepStaleClusters(tmp = os.tmpdir()): void {
     }
     if (Number.isInteger(owner) && pidAlive(owner)) continue;
     try {
-      const postmaster = Number.parseInt(readFileSync(path.join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]!, 10);
+      const postmaster = Number.parseInt(
+        readFileSync(path.join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]!,
+        10,
+      );
       if (Number.isInteger(postmaster) && pidAlive(postmaster)) process.kill(postmaster, 'SIGQUIT'); // immediate shutdown
     } catch {
       // no postmaster left
@@ -129,7 +147,17 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Te
     for (const p of [dir, socketDir, logFile]) chownSync(p, id('-u'), id('-g'));
   }
   // --no-sync: only initdb's final flush of the fresh cluster is skipped; the server keeps fsync on.
-  const [initCmd, initArgs] = asUser(user, path.join(bin, 'initdb'), ['-D', dataDir, '-U', ROLE, '--auth=trust', '-E', 'UTF8', '--locale=C', '--no-sync']);
+  const [initCmd, initArgs] = asUser(user, path.join(bin, 'initdb'), [
+    '-D',
+    dataDir,
+    '-U',
+    ROLE,
+    '--auth=trust',
+    '-E',
+    'UTF8',
+    '--locale=C',
+    '--no-sync',
+  ]);
   try {
     execFileSync(initCmd, initArgs, { stdio: ['ignore', 'ignore', 'pipe'] });
   } catch (err) {
@@ -147,23 +175,42 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Te
   };
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
-    const args = ['-D', dataDir, '-p', String(port), '-k', socketDir, ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
+    const args = [
+      '-D',
+      dataDir,
+      '-p',
+      String(port),
+      '-k',
+      socketDir,
+      ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
+    ];
     // Neither the guard nor its pipe may keep a finished test run alive.
-    const postmaster = await startGuarded(path.join(bin, 'postgres'), args, { stopSignal: 'INT', stderrFile: logFile, user, detached: true, keepsOwnerAlive: false });
+    const postmaster = await startGuarded(path.join(bin, 'postgres'), args, {
+      stopSignal: 'INT',
+      stderrFile: logFile,
+      user,
+      detached: true,
+      keepsOwnerAlive: false,
+    });
     const url = (database: string) => `postgres://${ROLE}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
     try {
-      await until(`PostgreSQL to accept connections on port ${port}`, async () => {
-        if (postmaster.exitCode()) throw new Error(`postgres exited at start: ${readFileSync(logFile, 'utf8').slice(-2000)}`);
-        const client = new pg.Client({ connectionString: url('postgres') });
-        client.on('error', () => undefined);
-        try {
-          await client.connect();
-          await client.end();
-          return true;
-        } catch {
-          return undefined;
-        }
-      }, 30_000);
+      await until(
+        `PostgreSQL to accept connections on port ${port}`,
+        async () => {
+          if (postmaster.exitCode())
+            throw new Error(`postgres exited at start: ${readFileSync(logFile, 'utf8').slice(-2000)}`);
+          const client = new pg.Client({ connectionString: url('postgres') });
+          client.on('error', () => undefined);
+          try {
+            await client.connect();
+            await client.end();
+            return true;
+          } catch {
+            return undefined;
+          }
+        },
+        30_000,
+      );
     } catch (err) {
       await postmaster.stop();
       if (attempt < 3 && /could not bind|Address already in use/.test(readFileSync(logFile, 'utf8'))) continue; // the port was taken meanwhile

@@ -4,7 +4,8 @@ import type pinoPrettyModule from 'pino-pretty';
 
 // pino-pretty (a CommonJS package) is required only for the pretty format: a server logging
 // JSON, as under a supervisor or in a container, does not load it.
-const requirePretty = (): typeof pinoPrettyModule => createRequire(import.meta.url)('pino-pretty') as typeof pinoPrettyModule;
+const requirePretty = (): typeof pinoPrettyModule =>
+  createRequire(import.meta.url)('pino-pretty') as typeof pinoPrettyModule;
 
 /** `pretty`: one readable line per entry (for a person at a terminal); `json`: one JSON object per line. */
 export type LogFormat = 'json' | 'pretty';
@@ -14,10 +15,15 @@ export const LOG_FORMATS: readonly LogFormat[] = ['json', 'pretty'];
  * `--log-format`, else `BEIDOU_LOG_FORMAT`, else pretty on a terminal and JSON otherwise
  * (a file, a pipe, a log collector). Throws on a value that is neither.
  */
-export function resolveLogFormat(flag: string | undefined, env: NodeJS.ProcessEnv = process.env, isTTY = Boolean(process.stderr.isTTY)): LogFormat {
+export function resolveLogFormat(
+  flag: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+  isTTY = Boolean(process.stderr.isTTY),
+): LogFormat {
   const wanted = flag ?? (env.BEIDOU_LOG_FORMAT || undefined);
   if (wanted === undefined) return isTTY ? 'pretty' : 'json';
-  if (!(LOG_FORMATS as readonly string[]).includes(wanted)) throw new Error(`invalid --log-format / BEIDOU_LOG_FORMAT: must be json or pretty (got "${wanted}")`);
+  if (!(LOG_FORMATS as readonly string[]).includes(wanted))
+    throw new Error(`invalid --log-format / BEIDOU_LOG_FORMAT: must be json or pretty (got "${wanted}")`);
   return wanted as LogFormat;
 }
 
@@ -66,7 +72,11 @@ export function scrubTokens(text: string): string {
  * format is a plain stream in this thread (no transport worker), written synchronously, so
  * nothing is lost when the process exits.
  */
-export function createLogger(level: string = process.env.BEIDOU_LOG_LEVEL ?? 'info', destination?: DestinationStream, format: LogFormat = 'json'): Logger {
+export function createLogger(
+  level: string = process.env.BEIDOU_LOG_LEVEL ?? 'info',
+  destination?: DestinationStream,
+  format: LogFormat = 'json',
+): Logger {
   const out =
     format === 'pretty'
       ? requirePretty()({
@@ -87,7 +97,10 @@ export function createLogger(level: string = process.env.BEIDOU_LOG_LEVEL ?? 'in
       // (an agent printing its own curl line), so tokens are cut out of message strings too.
       hooks: {
         logMethod(args, method) {
-          method.apply(this, args.map((a) => (typeof a === 'string' ? scrubTokens(a) : a)) as Parameters<typeof method>);
+          method.apply(
+            this,
+            args.map((a) => (typeof a === 'string' ? scrubTokens(a) : a)) as Parameters<typeof method>,
+          );
         },
       },
     },

@@ -45,7 +45,9 @@ describe('crash safety', () => {
     const enough = new Promise<void>((r) => (resolveEnough = r));
     const streams = senders.map(async (sender, s) => {
       for (let i = 0; !killed; i++) {
-        const res = await sender.call('send_message', { to: task.root_agent_id, content: `s${s}-${i}` }).catch(() => null);
+        const res = await sender
+          .call('send_message', { to: task.root_agent_id, content: `s${s}-${i}` })
+          .catch(() => null);
         if (!res) return;
         if (res.ok) acknowledged.add(res.value.message_id);
         if (acknowledged.size >= 150) resolveEnough();
@@ -62,7 +64,11 @@ describe('crash safety', () => {
     await Promise.allSettled(streams);
 
     proc = await spawnServer(home);
-    const events = (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Array<{ seq: number; event: string; message_id?: string }>;
+    const events = (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Array<{
+      seq: number;
+      event: string;
+      message_id?: string;
+    }>;
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
     const logged = new Set(events.filter((e) => e.event === 'send_message').map((e) => e.message_id));
     for (const id of ackedAtKill) expect(logged.has(id)).toBe(true);

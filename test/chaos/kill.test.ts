@@ -83,7 +83,9 @@ describe('chaos: repeated SIGKILL under send and read load', () => {
       const enough = new Promise<void>((resolve) => (reached = resolve));
       const sending = senders.map(async (sender, s) => {
         for (let i = 0; !stop; i++) {
-          const res = await sender.call('send_message', { to: task.root_agent_id, content: `r${round}-s${s}-${i}` }).catch(() => null);
+          const res = await sender
+            .call('send_message', { to: task.root_agent_id, content: `r${round}-s${s}-${i}` })
+            .catch(() => null);
           if (!res) return;
           if (res.ok) acknowledged.add(res.value.message_id);
           if (acknowledged.size >= killAt) reached();
@@ -100,7 +102,8 @@ describe('chaos: repeated SIGKILL under send and read load', () => {
         }
       })();
       await enough;
-      if (round % 2 === 1) await new Promise<void>((resolve) => (hook.onRead = () => setTimeout(resolve, random() * 4)));
+      if (round % 2 === 1)
+        await new Promise<void>((resolve) => (hook.onRead = () => setTimeout(resolve, random() * 4)));
       stop = true;
       // What is acknowledged at this instant is what the server promised to keep.
       proc.child.kill('SIGKILL');
@@ -123,14 +126,18 @@ describe('chaos: repeated SIGKILL under send and read load', () => {
       page = (await api('GET', `/tasks/${task.task_id}/events?since=${events.length}&limit=10000`)).events;
       events.push(...page);
     }
-    expect(events.map((e) => e.seq), context).toEqual(events.map((_, i) => i + 1));
+    expect(
+      events.map((e) => e.seq),
+      context,
+    ).toEqual(events.map((_, i) => i + 1));
 
     const seen = new Map<string, number>();
     for (const d of deliveries) {
       const count = (seen.get(d.message_id) ?? 0) + 1;
       seen.set(d.message_id, count);
       // A second delivery happens only across a crash, and says so.
-      if (count > 1) expect(d.redelivered, `${context}: ${d.message_id} delivered twice without redelivered`).toBe(true);
+      if (count > 1)
+        expect(d.redelivered, `${context}: ${d.message_id} delivered twice without redelivered`).toBe(true);
     }
     const lost = [...acknowledged].filter((id) => !seen.has(id));
     expect(lost, context).toEqual([]);

@@ -47,10 +47,25 @@ describe('chaos: a scripted team under SIGKILL of the server, a spawner and agen
     for (const home of homes) removeHome(home);
   });
 
-  const run = (faults: FaultPlan[], deadlineMs: number, random: () => number, agentEnv: Record<string, string> = {}): Promise<TeamRunResult & { home: string }> => {
+  const run = (
+    faults: FaultPlan[],
+    deadlineMs: number,
+    random: () => number,
+    agentEnv: Record<string, string> = {},
+  ): Promise<TeamRunResult & { home: string }> => {
     const home = tempHome();
     homes.push(home);
-    return runTeam({ home, scriptFile: SCRIPT, task: 'Write a report on Polaris.', faults, random, heartbeatS: HEARTBEAT_S, deadlineMs, agentEnv, answer: userAnswer }).then((r) => ({ ...r, home }));
+    return runTeam({
+      home,
+      scriptFile: SCRIPT,
+      task: 'Write a report on Polaris.',
+      faults,
+      random,
+      heartbeatS: HEARTBEAT_S,
+      deadlineMs,
+      agentEnv,
+      answer: userAnswer,
+    }).then((r) => ({ ...r, home }));
   };
 
   it('runs to its known outcome without faults', { timeout: 60_000 }, async () => {
@@ -73,7 +88,9 @@ describe('chaos: a scripted team under SIGKILL of the server, a spawner and agen
     const context = `CHAOS_SEED=${SEED} (faults: ${faults})`;
     console.log(`chaos-team ${context}; ${result.error ?? `done in ${result.durationMs} ms`}`);
 
-    expect(result.faults.map((f) => f.kind).sort(), `${context}: every planned fault was injected`).toEqual([...kinds].sort());
+    expect(result.faults.map((f) => f.kind).sort(), `${context}: every planned fault was injected`).toEqual(
+      [...kinds].sort(),
+    );
     expect(result.error, `${context}: ${unfinished(result)}; ${lastEvents(result.events)}`).toBeNull();
     expect(planOutcome(result.events), context).toEqual(EXPECTED_OUTCOME);
     expect(deliveryFaults(result), context).toEqual([]);
@@ -87,9 +104,23 @@ describe('chaos: a scripted team under SIGKILL of the server, a spawner and agen
 /** The agents that had not ended, as the API showed them last. */
 function unfinished(result: TeamRunResult): string {
   const open = result.agents.filter((a) => a.status !== 'terminated');
-  return 'not ended: ' + open.map((a) => `${a.name} ${a.status} running=${a.running} inbox=${a.inbox_depth} review=${a.review ? 'pending' : 'none'}`).join('; ');
+  return (
+    'not ended: ' +
+    open
+      .map(
+        (a) =>
+          `${a.name} ${a.status} running=${a.running} inbox=${a.inbox_depth} review=${a.review ? 'pending' : 'none'}`,
+      )
+      .join('; ')
+  );
 }
 
 function lastEvents(events: Ev[]): string {
-  return 'last events: ' + events.slice(-25).map((e) => `${e.seq}:${e.event}${e.agent_id ? `(${e.agent_id})` : ''}`).join(' ');
+  return (
+    'last events: ' +
+    events
+      .slice(-25)
+      .map((e) => `${e.seq}:${e.event}${e.agent_id ? `(${e.agent_id})` : ''}`)
+      .join(' ')
+  );
 }

@@ -33,25 +33,45 @@ describe('beidou attach', () => {
 
   const env = (extra: Record<string, string> = {}) => {
     const e: Record<string, string> = {};
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !/^(ANTHROPIC_|CLAUDE|BEIDOU_)/.test(k)) e[k] = v;
+    for (const [k, v] of Object.entries(process.env))
+      if (v !== undefined && !/^(ANTHROPIC_|CLAUDE|BEIDOU_)/.test(k)) e[k] = v;
     return { ...e, HOME: home, ...extra };
   };
 
-  function beidou(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  function beidou(
+    args: string[],
+    extraEnv: Record<string, string> = {},
+  ): Promise<{ code: number; stdout: string; stderr: string }> {
     return new Promise((resolve) => {
-      execFile(process.execPath, [CLI, ...args], { cwd: project, env: env(extraEnv), encoding: 'utf8' }, (err, stdout, stderr) =>
-        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      execFile(
+        process.execPath,
+        [CLI, ...args],
+        { cwd: project, env: env(extraEnv), encoding: 'utf8' },
+        (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
       );
     });
   }
   const claude = (args: string[]): Promise<string> =>
     new Promise((resolve, reject) =>
-      execFile(CLAUDE, args, { cwd: project, env: env(), encoding: 'utf8' }, (err, stdout, stderr) => (err ? reject(new Error(stderr || err.message)) : resolve(stdout))),
+      execFile(CLAUDE, args, { cwd: project, env: env(), encoding: 'utf8' }, (err, stdout, stderr) =>
+        err ? reject(new Error(stderr || err.message)) : resolve(stdout),
+      ),
     );
-  const attachArgs = (agent: string, ...more: string[]) => ['attach', '--agent', agent, '--server', ts.url, '--home', ts.home, '--claude-bin', CLAUDE, ...more];
+  const attachArgs = (agent: string, ...more: string[]) => [
+    'attach',
+    '--agent',
+    agent,
+    '--server',
+    ts.url,
+    '--home',
+    ts.home,
+    '--claude-bin',
+    CLAUDE,
+    ...more,
+  ];
   const settingsFile = () => path.join(project, '.claude', 'settings.local.json');
 
-  it('merges into the user\'s own settings, is idempotent, and --remove gives them back exactly', async () => {
+  it("merges into the user's own settings, is idempotent, and --remove gives them back exactly", async () => {
     const task = await createTask(ts);
     const mine = {
       permissions: { allow: ['Bash(npm test)'], deny: ['Read(./.env)'] },
@@ -72,7 +92,8 @@ describe('beidou attach', () => {
     expect(settings.permissions.allow).toEqual(['Bash(npm test)', 'mcp__beidou__*']);
     expect(settings.permissions.deny).toEqual(['Read(./.env)']);
     // Attached twice, each of ours once; the user's Stop hook kept.
-    const commands = (event: string) => settings.hooks[event].flatMap((g: any) => g.hooks.map((h: any) => h.command as string));
+    const commands = (event: string) =>
+      settings.hooks[event].flatMap((g: any) => g.hooks.map((h: any) => h.command as string));
     expect(commands('Stop')[0]).toBe('echo mine');
     expect(commands('Stop').filter((c: string) => c.includes(HOOK))).toHaveLength(2);
     expect(commands('PreToolUse').filter((c: string) => c.includes(HOOK))).toHaveLength(1);
@@ -115,14 +136,17 @@ describe('beidou attach', () => {
 
     const task = await createTask(ts);
     expect((await beidou(attachArgs(task.root_agent_id))).code).toBe(0);
-    const check = (extra: Record<string, string> = {}, bin = CLAUDE) => beidou(['attach', '--check', '--home', ts.home, '--claude-bin', bin], extra);
+    const check = (extra: Record<string, string> = {}, bin = CLAUDE) =>
+      beidou(['attach', '--check', '--home', ts.home, '--claude-bin', bin], extra);
     expect((await check()).stdout).toMatch(/^socket\texpected with Claude Code 2\.1\.332/);
     expect((await check({ CLAUDE_CODE_HARBOR_KITE: '0' })).stdout).toMatch(/^rewake\t/);
     // A stand-in for an older Claude Code: only its version answer matters here.
     const old = path.join(home, 'old-claude');
     writeFileSync(old, '#!/bin/sh\necho "2.0.1 (Claude Code)"\n', { mode: 0o755 });
     expect((await check({}, old)).stdout).toMatch(/^hooks-only\tClaude Code 2\.0\.1 is older than 2\.1\.332/);
-    const json = JSON.parse((await beidou(['attach', '--check', '--json', '--home', ts.home, '--claude-bin', CLAUDE])).stdout);
+    const json = JSON.parse(
+      (await beidou(['attach', '--check', '--json', '--home', ts.home, '--claude-bin', CLAUDE])).stdout,
+    );
     expect(json).toEqual([{ path: 'socket', why: expect.stringContaining('expected') }]);
   }, 60_000);
 
@@ -136,7 +160,17 @@ describe('beidou attach', () => {
     expect(inside.code).toBe(2);
     expect(inside.stderr).toMatch(/inside this project/);
 
-    const noClaude = await beidou(['attach', '--agent', task.root_agent_id, '--server', ts.url, '--home', ts.home, '--claude-bin', path.join(home, 'no-such-claude')]);
+    const noClaude = await beidou([
+      'attach',
+      '--agent',
+      task.root_agent_id,
+      '--server',
+      ts.url,
+      '--home',
+      ts.home,
+      '--claude-bin',
+      path.join(home, 'no-such-claude'),
+    ]);
     expect(noClaude.code).toBe(2);
     expect(noClaude.stderr).toMatch(/Claude Code not found/);
 
@@ -165,8 +199,18 @@ describe('beidou attach', () => {
 
   it('beidou hook: a missing token file exits 1 (never 2, which would block the tool or wake the model)', async () => {
     const r = await new Promise<{ code: number; stderr: string }>((resolve) => {
-      const child = execFile(process.execPath, [path.join(path.dirname(CLI), 'hook-main.js'), 'pre-tool-use', '--token-file', path.join(home, 'missing'), '--server', ts.url], { encoding: 'utf8' }, (err, _o, stderr) =>
-        resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
+      const child = execFile(
+        process.execPath,
+        [
+          path.join(path.dirname(CLI), 'hook-main.js'),
+          'pre-tool-use',
+          '--token-file',
+          path.join(home, 'missing'),
+          '--server',
+          ts.url,
+        ],
+        { encoding: 'utf8' },
+        (err, _o, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
       );
       child.stdin!.end('{"tool_name":"Read"}');
     });

@@ -21,7 +21,14 @@ import {
 import { CLAUDE, claudeEnv } from '../../src/testkit/claude-tmux.js';
 import { pidAlive } from '../../src/util/process.js';
 import { CLI } from '../support/process.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 /**
  * The real Claude Code binary (the pinned @anthropic-ai/claude-code devDependency) against
@@ -31,7 +38,9 @@ import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, 
  */
 
 // The built adapter, as the spawner runs it: its hook commands point at dist/cli/main.js.
-const { claudeArgs, writeAgentFiles } = (await import(path.resolve(import.meta.dirname, '../../dist/spawner/adapters/claude.js'))) as typeof ClaudeAdapter;
+const { claudeArgs, writeAgentFiles } = (await import(
+  path.resolve(import.meta.dirname, '../../dist/spawner/adapters/claude.js')
+)) as typeof ClaudeAdapter;
 const STEP_MS = 45_000;
 
 /**
@@ -69,7 +78,11 @@ interface Proc {
 }
 
 function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.ProcessEnv; stdin?: boolean }): Proc {
-  const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env, stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+  const child = spawn(cmd, args, {
+    cwd: opts.cwd,
+    env: opts.env,
+    stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   const listeners = new Set<() => void>();
   let stderr = '';
@@ -97,7 +110,11 @@ function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.Proce
       };
       const timer = setTimeout(() => {
         done();
-        reject(new Error(`timed out waiting for ${what}; stdout: ${lines.join('\n').slice(-3000)}\nstderr: ${stderr.slice(-3000)}`));
+        reject(
+          new Error(
+            `timed out waiting for ${what}; stdout: ${lines.join('\n').slice(-3000)}\nstderr: ${stderr.slice(-3000)}`,
+          ),
+        );
       }, STEP_MS);
       const done = () => {
         clearTimeout(timer);
@@ -109,7 +126,11 @@ function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.Proce
         check();
         if (listeners.has(check)) {
           done();
-          reject(new Error(`process exited before ${what}; stdout: ${lines.join('\n').slice(-3000)}\nstderr: ${stderr.slice(-3000)}`));
+          reject(
+            new Error(
+              `process exited before ${what}; stdout: ${lines.join('\n').slice(-3000)}\nstderr: ${stderr.slice(-3000)}`,
+            ),
+          );
         }
       });
     });
@@ -160,7 +181,14 @@ describe('Claude Code (the real binary) against Beidou', () => {
     fake = await startFakeAnthropic([
       // 0: text and a tool call in one message (two stream-json fragments, one message id)
       { text: 'Looking at my team first.', tools: [{ name: 'mcp__beidou__list_peers', input: {} }] },
-      { tools: [{ name: 'mcp__beidou__declare_plan', input: { tasks: [{ id: 'build', role: 'builder', skill: 'worker', task: 'build the widget' }] } }] },
+      {
+        tools: [
+          {
+            name: 'mcp__beidou__declare_plan',
+            input: { tasks: [{ id: 'build', role: 'builder', skill: 'worker', task: 'build the widget' }] },
+          },
+        ],
+      },
       { tools: [{ name: 'mcp__beidou__spawn_agent', input: { task_id: 'build' } }] },
       // 3: two calls in parallel, one of them refused (identity never comes from the input)
       {
@@ -179,7 +207,23 @@ describe('Claude Code (the real binary) against Beidou', () => {
     const spawner = run(
       process.execPath,
       // --max-agents 1: the builder stays queued, so one Claude Code talks to the fake.
-      [CLI, 'spawner', '--server', ts.url, '--token', spawnerToken, '--adapter', 'claude', '--claude-bin', CLAUDE, '--sandbox', '--max-agents', '1', '--workdir', workdir],
+      [
+        CLI,
+        'spawner',
+        '--server',
+        ts.url,
+        '--token',
+        spawnerToken,
+        '--adapter',
+        'claude',
+        '--claude-bin',
+        CLAUDE,
+        '--sandbox',
+        '--max-agents',
+        '1',
+        '--workdir',
+        workdir,
+      ],
       { cwd: workdir, env: { ...claudeEnv(fake, claudeHome), BEIDOU_LOG_LEVEL: 'info' } },
     );
     procs.push(spawner);
@@ -192,19 +236,32 @@ describe('Claude Code (the real binary) against Beidou', () => {
     const first = await fake.waitForTurn(0, { timeoutMs: STEP_MS });
     expect(lastUserText(first.body)).toContain('Build the widget with a team.');
     const offered = offeredTools(first.body);
-    for (const name of ['list_peers', 'send_message', 'declare_plan', 'spawn_agent', 'create_team', 'signal_review', 'ask_user', 'read_inbox']) {
+    for (const name of [
+      'list_peers',
+      'send_message',
+      'declare_plan',
+      'spawn_agent',
+      'create_team',
+      'signal_review',
+      'ask_user',
+      'read_inbox',
+    ]) {
       expect(offered).toContain(`mcp__beidou__${name}`);
     }
     for (const name of ['TodoWrite', 'SendMessage', 'AskUserQuestion']) expect(offered).not.toContain(name);
     // Claude Code 2.x defers MCP tools behind ToolSearch unless ENABLE_TOOL_SEARCH=false (which
     // the adapter sets): our tools reach the model whole, with descriptions and schemas.
     const sentWhole = ((first.body as MessagesBody).tools ?? []).filter((t) => t.name.startsWith('mcp__beidou__'));
-    expect(sentWhole.map((t) => t.name)).toEqual(expect.arrayContaining(['mcp__beidou__list_peers', 'mcp__beidou__send_message', 'mcp__beidou__signal_review']));
+    expect(sentWhole.map((t) => t.name)).toEqual(
+      expect.arrayContaining(['mcp__beidou__list_peers', 'mcp__beidou__send_message', 'mcp__beidou__signal_review']),
+    );
     expect(sentWhole.find((t) => t.name === 'mcp__beidou__send_message')?.description).toEqual(expect.any(String));
     // The prompt assembled by the server reaches the system prompt.
     expect(JSON.stringify(first.body.system)).toContain('Persistent-agent contract');
     // ... and Claude Code hands the model the server's initialize instructions: the agent's brief.
-    expect(JSON.stringify(first.body)).toContain(`You are agent root-${rootId.slice(-4)} (${rootId}) in Beidou task ${taskId}, the root agent`);
+    expect(JSON.stringify(first.body)).toContain(
+      `You are agent root-${rootId.slice(-4)} (${rootId}) in Beidou task ${taskId}, the root agent`,
+    );
 
     // list_peers' result reaches the model as our JSON.
     const second = await fake.waitForTurn(1, { timeoutMs: STEP_MS });
@@ -231,7 +288,8 @@ describe('Claude Code (the real binary) against Beidou', () => {
     const events = await waitUntil(
       ts,
       taskId,
-      (all) => (eventsNamed(all, 'tool_result').length >= 5 && eventsNamed(all, 'assistant_text').length >= 2 ? all : undefined),
+      (all) =>
+        eventsNamed(all, 'tool_result').length >= 5 && eventsNamed(all, 'assistant_text').length >= 2 ? all : undefined,
       { timeoutMs: STEP_MS, what: 'every tool_result and assistant_text of the first turn' },
     );
     expect(eventsNamed(events, 'agent_started')).toEqual([
@@ -244,9 +302,13 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect((await ts.api('GET', `/agents/${rootId}`)).body.session_id).toBe(claudeSession);
     // turn.usage: exactly once per message id, for every message the model sent.
     const usage = eventsNamed(events, 'turn.usage');
-    const answered = fake.scripted().filter((r) => r.turn! <= 4).map((r) => r.messageId);
+    const answered = fake
+      .scripted()
+      .filter((r) => r.turn! <= 4)
+      .map((r) => r.messageId);
     expect(usage.map((e) => e.message_id).sort()).toEqual([...new Set(answered)].sort());
-    for (const u of usage) expect(u).toMatchObject({ caller_id: rootId, model: expect.any(String), input_tokens: expect.any(Number) });
+    for (const u of usage)
+      expect(u).toMatchObject({ caller_id: rootId, model: expect.any(String), input_tokens: expect.any(Number) });
 
     expect(eventsNamed(events, 'assistant_text').map((e) => [e.message_id, e.text])).toEqual([
       [first.messageId, 'Looking at my team first.'],
@@ -261,7 +323,9 @@ describe('Claude Code (the real binary) against Beidou', () => {
       'mcp__beidou__list_pending_reviews',
       'mcp__beidou__send_message',
     ]);
-    expect(called[1]!.input).toEqual({ tasks: [{ id: 'build', role: 'builder', skill: 'worker', task: 'build the widget' }] });
+    expect(called[1]!.input).toEqual({
+      tasks: [{ id: 'build', role: 'builder', skill: 'worker', task: 'build the widget' }],
+    });
     // The parallel calls share their message.
     expect(called[3]!.message_id).toBe(parallel.messageId);
     expect(called[4]!.message_id).toBe(parallel.messageId);
@@ -281,7 +345,12 @@ describe('Claude Code (the real binary) against Beidou', () => {
 
     const cost = eventsNamed(events, 'run.cost');
     expect(cost).toHaveLength(1);
-    expect(cost[0]).toMatchObject({ agent_id: rootId, total_cost_usd: expect.any(Number), num_turns: expect.any(Number), model_usage: expect.any(Object) });
+    expect(cost[0]).toMatchObject({
+      agent_id: rootId,
+      total_cost_usd: expect.any(Number),
+      num_turns: expect.any(Number),
+      model_usage: expect.any(Object),
+    });
     expect(cost[0]!.total_cost_usd).toBeGreaterThan(0);
 
     // A message from the user becomes Claude Code's next user turn.
@@ -289,9 +358,17 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(sent.status).toBe(200);
     const reply = await fake.waitForTurn(5, { timeoutMs: STEP_MS });
     expect(lastUserText(reply.body)).toContain('[from user (user)] What is the status?');
-    const input = await waitForEvent(ts, taskId, (e) => e.event === 'agent_input' && e.message_id === sent.body.message_id, { what: 'agent_input' });
+    const input = await waitForEvent(
+      ts,
+      taskId,
+      (e) => e.event === 'agent_input' && e.message_id === sent.body.message_id,
+      { what: 'agent_input' },
+    );
     expect(input).toMatchObject({ caller_id: rootId, from: 'user', via: 'spawner', content: 'What is the status?' });
-    await waitUntil(ts, taskId, (all) => (eventsNamed(all, 'run.cost').length === 2 ? true : undefined), { timeoutMs: STEP_MS, what: 'the second run.cost' });
+    await waitUntil(ts, taskId, (all) => (eventsNamed(all, 'run.cost').length === 2 ? true : undefined), {
+      timeoutMs: STEP_MS,
+      what: 'the second run.cost',
+    });
 
     // Terminating the task ends the Claude Code process, and the spawner reports it.
     const pid = spawnerLog(spawner).find((l) => l.msg === 'agent started' && l.agent === rootId)?.pid as number;
@@ -305,7 +382,9 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(consumed.via).toBe('spawner');
     expect(pidAlive(pid)).toBe(false);
     const after = (await ts.api('GET', `/tasks/${taskId}/events?since=0&limit=10000`)).body.events as AnyEvent[];
-    expect(eventsNamed(after, 'agent_completed', (e) => e.agent_id === rootId)).toEqual([expect.objectContaining({ terminated: true })]);
+    expect(eventsNamed(after, 'agent_completed', (e) => e.agent_id === rootId)).toEqual([
+      expect.objectContaining({ terminated: true }),
+    ]);
     expect(eventsNamed(after, 'terminate.forced')).toEqual([]);
     expect(eventsNamed(after, 'agent_crashed')).toEqual([]);
     expect(eventsNamed(after, 'contract_violation')).toEqual([]);
@@ -318,7 +397,9 @@ describe('Claude Code (the real binary) against Beidou', () => {
     const task = await createTask(ts, { task: 'lead the work' });
     const root = await connectAgent(ts.url, task.token);
     clients.push(root);
-    expect((await root.call('declare_plan', { tasks: [{ id: 'w', role: 'writer', skill: 'worker', task: 'write it' }] })).ok).toBe(true);
+    expect(
+      (await root.call('declare_plan', { tasks: [{ id: 'w', role: 'writer', skill: 'worker', task: 'write it' }] })).ok,
+    ).toBe(true);
     const spawned = await root.call('spawn_agent', { task_id: 'w' });
     expect(spawned.ok).toBe(true);
     const childId = (spawned as { value: { agent_id: string } }).value.agent_id;
@@ -345,16 +426,23 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(resultText(result)).toContain('terminate_child');
     expect(resultText(result)).toContain(childId);
     expect(existsSync(target)).toBe(false);
-    const event = await waitForEvent(ts, task.task_id, (e) => e.event === 'review_gate.denied', { what: 'review_gate.denied' });
+    const event = await waitForEvent(ts, task.task_id, (e) => e.event === 'review_gate.denied', {
+      what: 'review_gate.denied',
+    });
     expect(event).toMatchObject({ caller_id: task.root_agent_id, tool_name: 'Write', pending_child_ids: [childId] });
 
     // Stop: the child's report waits in the leader's inbox, so the Stop hook blocks the stop
     // and hands it over as the next turn.
-    const stopped = await fake.waitForRequest((r) => r.path === '/v1/messages' && lastUserText(r.body).includes('Stop hook feedback'), {
-      timeoutMs: STEP_MS,
-      what: 'the Stop hook feedback turn',
-    });
-    expect(lastUserText(stopped.body)).toMatch(new RegExp(`\\[from writer-\\w+ \\(${childId}\\)\\] \\[REVIEW REQUIRED\\] draft\\.md written`));
+    const stopped = await fake.waitForRequest(
+      (r) => r.path === '/v1/messages' && lastUserText(r.body).includes('Stop hook feedback'),
+      {
+        timeoutMs: STEP_MS,
+        what: 'the Stop hook feedback turn',
+      },
+    );
+    expect(lastUserText(stopped.body)).toMatch(
+      new RegExp(`\\[from writer-\\w+ \\(${childId}\\)\\] \\[REVIEW REQUIRED\\] draft\\.md written`),
+    );
     const report = await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input', { what: 'agent_input' });
     expect(report).toMatchObject({ caller_id: task.root_agent_id, from: childId, via: 'hook' });
 
@@ -366,19 +454,31 @@ describe('Claude Code (the real binary) against Beidou', () => {
   it('post-tool-use and forbidden tools: in a session no spawner runs, a waiting message arrives as context after a tool call; SendMessage is refused', async () => {
     ts = await startTestServer();
     const task = await createTask(ts, { task: 'work on your own' });
-    const sent = await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: 'Please also update the changelog.' });
+    const sent = await ts.api('POST', `/agents/${task.root_agent_id}/send`, {
+      content: 'Please also update the changelog.',
+    });
     expect(sent.status).toBe(200);
 
     fake = await startFakeAnthropic([
       // SendMessage is Claude Code's own (a person's session does not disallow it): the hook denies it.
-      { tools: [{ name: 'mcp__beidou__list_peers', input: {} }, { name: 'SendMessage', input: { to: 'teammate', message: 'hello', summary: 'hello' } }] },
+      {
+        tools: [
+          { name: 'mcp__beidou__list_peers', input: {} },
+          { name: 'SendMessage', input: { to: 'teammate', message: 'hello', summary: 'hello' } },
+        ],
+      },
       { text: 'Will do.' },
     ]);
     // A person's own Claude Code: the MCP server and the hooks of docs/claude-code.md.
     const dir = tmp('beidou-claude-cwd-');
     const mcpConfig = path.join(dir, 'mcp.json');
     const settings = path.join(dir, 'settings.json');
-    writeFileSync(mcpConfig, JSON.stringify({ mcpServers: { beidou: { type: 'http', url: task.mcp_url, headers: { Authorization: `Bearer ${task.token}` } } } }));
+    writeFileSync(
+      mcpConfig,
+      JSON.stringify({
+        mcpServers: { beidou: { type: 'http', url: task.mcp_url, headers: { Authorization: `Bearer ${task.token}` } } },
+      }),
+    );
     const hook = (event: string) => [{ type: 'command', command: `node "${CLI}" hook ${event}` }];
     writeFileSync(
       settings,
@@ -394,7 +494,19 @@ describe('Claude Code (the real binary) against Beidou', () => {
     );
     const proc = run(
       CLAUDE,
-      ['-p', 'Look at your team.', '--output-format', 'stream-json', '--verbose', '--mcp-config', mcpConfig, '--settings', settings, '--permission-mode', 'bypassPermissions'],
+      [
+        '-p',
+        'Look at your team.',
+        '--output-format',
+        'stream-json',
+        '--verbose',
+        '--mcp-config',
+        mcpConfig,
+        '--settings',
+        settings,
+        '--permission-mode',
+        'bypassPermissions',
+      ],
       { cwd: dir, env: claudeEnv(fake, tmp('beidou-claude-home-'), { IS_SANDBOX: '1' }) },
     );
     procs.push(proc);
@@ -410,38 +522,58 @@ describe('Claude Code (the real binary) against Beidou', () => {
     const shadow = resultFor(next.body, firstTurn.toolUseIds![1]!);
     expect(shadow.is_error).toBe(true);
     expect(resultText(shadow)).toContain('SendMessage is not available here: use mcp__beidou__send_message');
-    expect(await waitForEvent(ts, task.task_id, (e) => e.event === 'disallowed_alias.denied', { what: 'disallowed_alias.denied' })).toMatchObject({
+    expect(
+      await waitForEvent(ts, task.task_id, (e) => e.event === 'disallowed_alias.denied', {
+        what: 'disallowed_alias.denied',
+      }),
+    ).toMatchObject({
       caller_id: task.root_agent_id,
       tool_name: 'SendMessage',
     });
     const input = await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input', { what: 'agent_input' });
-    expect(input).toMatchObject({ caller_id: task.root_agent_id, via: 'hook', message_id: sent.body.message_id, from: 'user' });
+    expect(input).toMatchObject({
+      caller_id: task.root_agent_id,
+      via: 'hook',
+      message_id: sent.body.message_id,
+      from: 'user',
+    });
     expect(await proc.exited).toBe(0);
     // Delivered once: the inbox is empty and nothing else took it.
     expect((await ts.api('GET', `/agents/${task.root_agent_id}`)).body).toMatchObject({ inbox_depth: 0 });
   }, 90_000);
 
-  it('a person\'s session: the root\'s brief arrives as server instructions, and /mcp__beidou__launch hands the model its launch prompt', async () => {
+  it("a person's session: the root's brief arrives as server instructions, and /mcp__beidou__launch hands the model its launch prompt", async () => {
     ts = await startTestServer();
     const task = await createTask(ts, { task: 'Write a haiku about the sea into haiku.md' });
     fake = await startFakeAnthropic([{ text: 'Hello.' }, { text: 'Starting on the haiku.' }]);
     const dir = tmp('beidou-claude-cwd-');
     const mcpConfig = path.join(dir, 'mcp.json');
-    writeFileSync(mcpConfig, JSON.stringify({ mcpServers: { beidou: { type: 'http', url: task.mcp_url, headers: { Authorization: `Bearer ${task.token}` } } } }));
+    writeFileSync(
+      mcpConfig,
+      JSON.stringify({
+        mcpServers: { beidou: { type: 'http', url: task.mcp_url, headers: { Authorization: `Bearer ${task.token}` } } },
+      }),
+    );
     // Turns on stdin, as a person types them once the session is up.
-    const proc = run(CLAUDE, ['-p', '--input-format', 'stream-json', '--output-format', 'stream-json', '--verbose', '--mcp-config', mcpConfig], {
-      cwd: dir,
-      env: claudeEnv(fake, tmp('beidou-claude-home-')),
-      stdin: true,
-    });
+    const proc = run(
+      CLAUDE,
+      ['-p', '--input-format', 'stream-json', '--output-format', 'stream-json', '--verbose', '--mcp-config', mcpConfig],
+      {
+        cwd: dir,
+        env: claudeEnv(fake, tmp('beidou-claude-home-')),
+        stdin: true,
+      },
+    );
     procs.push(proc);
 
     // A typed first turn: Claude Code adds the server's instructions to it.
     proc.child.stdin!.write(userLine('hello'));
     const first = await fake.waitForTurn(0, { timeoutMs: STEP_MS });
     expect(JSON.stringify(first.body)).toContain('# MCP Server Instructions');
-    expect(JSON.stringify(first.body)).toContain(`You are agent root-${task.root_agent_id.slice(-4)} (${task.root_agent_id}) in Beidou task ${task.task_id}, the root agent`);
-    await proc.waitLine((o) => o.type === 'result', 'the first turn\'s result');
+    expect(JSON.stringify(first.body)).toContain(
+      `You are agent root-${task.root_agent_id.slice(-4)} (${task.root_agent_id}) in Beidou task ${task.task_id}, the root agent`,
+    );
+    await proc.waitLine((o) => o.type === 'result', "the first turn's result");
 
     // The prompt as a command: Claude Code expands it into the user turn: skill, identity, contracts, task.
     proc.child.stdin!.write(userLine('/mcp__beidou__launch'));
@@ -456,35 +588,62 @@ describe('Claude Code (the real binary) against Beidou', () => {
     expect(await proc.exited).toBe(0);
   }, 90_000);
 
-  it.skipIf(process.getuid?.() !== 0)('as root without --sandbox, Claude Code refuses bypassPermissions: the spawner reports the crashes', async () => {
-    ts = await startTestServer();
-    fake = await startFakeAnthropic([{ text: 'never asked' }]);
-    const workdir = tmp('beidou-claude-work-');
-    const spawnerToken = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
-    const spawner = run(
-      process.execPath,
-      [CLI, 'spawner', '--server', ts.url, '--token', spawnerToken, '--adapter', 'claude', '--claude-bin', CLAUDE, '--max-agents', '1', '--workdir', workdir],
-      { cwd: workdir, env: claudeEnv(fake, tmp('beidou-claude-home-')) },
-    );
-    procs.push(spawner);
-    const task = await createTask(ts, { task: 'never runs', spawn: true });
-    const escalated = await waitForEvent(ts, task.task_id, (e) => e.event === 'root_crash_escalation', { timeoutMs: STEP_MS, what: 'root_crash_escalation' });
-    expect(escalated.stderr).toContain('cannot be used with root/sudo privileges');
-    const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as AnyEvent[];
-    expect(eventsNamed(events, 'agent_crashed').map((e) => e.strike_count)).toEqual([1, 2, 3]);
-    expect(eventsNamed(events, 'agent_crashed')[0]!.msg).toBe('exited with code 1');
-    expect(fake.requests.filter((r) => r.path === '/v1/messages')).toEqual([]);
-  }, 60_000);
+  it.skipIf(process.getuid?.() !== 0)(
+    'as root without --sandbox, Claude Code refuses bypassPermissions: the spawner reports the crashes',
+    async () => {
+      ts = await startTestServer();
+      fake = await startFakeAnthropic([{ text: 'never asked' }]);
+      const workdir = tmp('beidou-claude-work-');
+      const spawnerToken = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
+      const spawner = run(
+        process.execPath,
+        [
+          CLI,
+          'spawner',
+          '--server',
+          ts.url,
+          '--token',
+          spawnerToken,
+          '--adapter',
+          'claude',
+          '--claude-bin',
+          CLAUDE,
+          '--max-agents',
+          '1',
+          '--workdir',
+          workdir,
+        ],
+        { cwd: workdir, env: claudeEnv(fake, tmp('beidou-claude-home-')) },
+      );
+      procs.push(spawner);
+      const task = await createTask(ts, { task: 'never runs', spawn: true });
+      const escalated = await waitForEvent(ts, task.task_id, (e) => e.event === 'root_crash_escalation', {
+        timeoutMs: STEP_MS,
+        what: 'root_crash_escalation',
+      });
+      expect(escalated.stderr).toContain('cannot be used with root/sudo privileges');
+      const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body
+        .events as AnyEvent[];
+      expect(eventsNamed(events, 'agent_crashed').map((e) => e.strike_count)).toEqual([1, 2, 3]);
+      expect(eventsNamed(events, 'agent_crashed')[0]!.msg).toBe('exited with code 1');
+      expect(fake.requests.filter((r) => r.path === '/v1/messages')).toEqual([]);
+    },
+    60_000,
+  );
 
   it('claude mcp add with the line `beidou task start --no-spawn` prints: claude mcp list reports it connected', async () => {
     ts = await startTestServer();
     fake = await startFakeAnthropic([]);
     const home = tmp('beidou-claude-home-');
     const cwd = tmp('beidou-claude-cwd-');
-    const start = run(process.execPath, [CLI, 'task', 'start', 'from my own Claude Code', '--no-spawn', '--json', '--server', ts.url, '--home', ts.home], {
-      cwd,
-      env: process.env,
-    });
+    const start = run(
+      process.execPath,
+      [CLI, 'task', 'start', 'from my own Claude Code', '--no-spawn', '--json', '--server', ts.url, '--home', ts.home],
+      {
+        cwd,
+        env: process.env,
+      },
+    );
     const printed = await start.waitLine((o) => typeof o.claude_mcp_add === 'string', 'the task start output');
     expect(await start.exited).toBe(0);
     const env = claudeEnv(fake, home, { PATH: `${path.dirname(CLAUDE)}${path.delimiter}${process.env.PATH ?? ''}` });
@@ -504,10 +663,16 @@ describe('Claude Code (the real binary) against Beidou', () => {
 });
 
 /** With DUMP_CLAUDE_TEST=1: what the fake received, what the processes printed and the events, in $TMPDIR. */
-async function dump(testName: string, ts: TestServer | undefined, fake: FakeAnthropic | undefined, procs: Proc[]): Promise<void> {
+async function dump(
+  testName: string,
+  ts: TestServer | undefined,
+  fake: FakeAnthropic | undefined,
+  procs: Proc[],
+): Promise<void> {
   const base = path.join(os.tmpdir(), `dump-${testName.slice(0, 20).replace(/\W+/g, '_')}`);
   writeFileSync(`${base}-requests.json`, JSON.stringify(fake?.requests ?? [], null, 1));
-  for (const [i, p] of procs.entries()) writeFileSync(`${base}-proc${i}.txt`, `${p.lines.join('\n')}\n---stderr---\n${p.stderr()}`);
+  for (const [i, p] of procs.entries())
+    writeFileSync(`${base}-proc${i}.txt`, `${p.lines.join('\n')}\n---stderr---\n${p.stderr()}`);
   if (!ts) return;
   for (const t of (await ts.api('GET', '/tasks')).body.tasks as Array<{ task_id: string }>) {
     const events = (await ts.api('GET', `/tasks/${t.task_id}/events?since=0&limit=10000`)).body.events;

@@ -31,7 +31,10 @@ describe('waking a Claude Code session when parts die', () => {
       api: async (method, route, body) => {
         const res = await fetch(`${proc.url}/api${route}`, {
           method,
-          headers: { authorization: `Bearer ${admin}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+          headers: {
+            authorization: `Bearer ${admin}`,
+            ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          },
           ...(body === undefined ? {} : { body: JSON.stringify(body) }),
         });
         const text = await res.text();
@@ -71,18 +74,27 @@ describe('waking a Claude Code session when parts die', () => {
     expect(lastUserText(woken.request.body)).toMatch(/\[Beidou\] 1 new message from user/);
     // Taken once: by read_inbox, or (when Claude Code's tools are not back yet after the
     // restart: "No such tool available") by the Stop hook that ends the woken turn.
-    const events = await until('the message delivered', async () => {
-      const all = (await rig.server().api('GET', `/tasks/${rig.task.task_id}/events?since=0&limit=10000`)).body.events as any[];
-      return all.some((e) => e.event === 'agent_input' && (e.message_ids ?? [e.message_id]).includes(woken.messageId)) ? all : undefined;
-    }, STEP_MS);
-    const inputs = events.filter((e) => e.event === 'agent_input' && (e.message_ids ?? [e.message_id]).includes(woken.messageId));
+    const events = await until(
+      'the message delivered',
+      async () => {
+        const all = (await rig.server().api('GET', `/tasks/${rig.task.task_id}/events?since=0&limit=10000`)).body
+          .events as any[];
+        return all.some((e) => e.event === 'agent_input' && (e.message_ids ?? [e.message_id]).includes(woken.messageId))
+          ? all
+          : undefined;
+      },
+      STEP_MS,
+    );
+    const inputs = events.filter(
+      (e) => e.event === 'agent_input' && (e.message_ids ?? [e.message_id]).includes(woken.messageId),
+    );
     expect(inputs).toHaveLength(1);
     expect(['read_inbox', 'hook']).toContain(inputs[0].via);
     // The same relay: it outlived the server.
     expect(rig.waker(session)?.pid).toBe(relay.pid);
   }, 180_000);
 
-  it('the relay SIGKILLed: the session\'s next Stop starts a new one, which rings for the next message', async () => {
+  it("the relay SIGKILLed: the session's next Stop starts a new one, which rings for the next message", async () => {
     const { rig } = await setup();
     await rig.attach();
     const claude = rig.startClaude();
@@ -92,13 +104,21 @@ describe('waking a Claude Code session when parts die', () => {
     await until('the relay to die', () => (pidAlive(relay.pid) ? undefined : true), STEP_MS);
 
     // The user types; the turn's Stop hook finds no relay for the socket and starts one.
-    rig.fake.push({ text: 'Hello.' }, { tools: [{ name: 'mcp__beidou__read_inbox', input: {} }] }, { text: 'Read it.' });
+    rig.fake.push(
+      { text: 'Hello.' },
+      { tools: [{ name: 'mcp__beidou__read_inbox', input: {} }] },
+      { text: 'Read it.' },
+    );
     claude.keys('hello', 'Enter');
     await rig.fake.waitForTurn(0, { timeoutMs: STEP_MS });
-    const next = await until('a new relay', () => {
-      const w = rig.waker(session);
-      return w && w.pid !== relay.pid ? w : undefined;
-    }, STEP_MS).catch((err: Error) => {
+    const next = await until(
+      'a new relay',
+      () => {
+        const w = rig.waker(session);
+        return w && w.pid !== relay.pid ? w : undefined;
+      },
+      STEP_MS,
+    ).catch((err: Error) => {
       throw new Error(`${err.message}\n${rig.diagnose(claude)}`);
     });
     expect(next.path).toBe('socket');
@@ -116,7 +136,11 @@ describe('waking a Claude Code session when parts die', () => {
     const session = await rig.idleSession(claude);
     const relay = await until('the relay', () => rig.waker(session), STEP_MS);
     const logFile = path.join(rig.state.dir, `relay-${session.pid}.log`);
-    await until('the relay to follow the inbox', () => (readFileSync(logFile, 'utf8').includes('following the inbox') ? true : undefined), STEP_MS);
+    await until(
+      'the relay to follow the inbox',
+      () => (readFileSync(logFile, 'utf8').includes('following the inbox') ? true : undefined),
+      STEP_MS,
+    );
     const res = await rig.server().api('POST', `/tasks/${rig.task.task_id}/terminate`, {});
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     await until('the relay to exit', () => (pidAlive(relay.pid) ? undefined : true), STEP_MS);

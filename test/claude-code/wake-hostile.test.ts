@@ -1,6 +1,18 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,7 +25,14 @@ import { lastUserText } from '../../src/testkit/fake-anthropic.js';
 import { until } from '../../src/testkit/poll.js';
 import { pidAlive } from '../../src/util/process.js';
 import { CLI } from '../support/process.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { STEP_MS, WakeRig } from '../support/wake-rig.js';
 
 /**
@@ -70,7 +89,9 @@ class StandIn {
   ) {}
 
   static async start(socket: string | null): Promise<StandIn> {
-    const child = spawn(process.execPath, ['-e', STAND_IN, ...(socket ? [socket] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['-e', STAND_IN, ...(socket ? [socket] : [])], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const s = new StandIn(child, socket);
     const lines = createInterface({ input: child.stdout! });
     const listening = new Promise<void>((resolve, reject) => {
@@ -97,7 +118,15 @@ class StandIn {
   /** Resolves with the first doorbell (from index `from` on) that `match` accepts. */
   ring(match: (r: Rung) => boolean, what: string, from = 0, timeoutMs = WAIT_MS): Promise<Rung> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; rung: ${JSON.stringify(this.rings.map((r) => r.user?.message.content))}`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `timed out waiting for ${what}; rung: ${JSON.stringify(this.rings.map((r) => r.user?.message.content))}`,
+            ),
+          ),
+        timeoutMs,
+      );
       const check = () => {
         const hit = this.rings.slice(from).find(match);
         if (hit) {
@@ -136,13 +165,18 @@ function relaysFor(socket: string): number[] {
 }
 
 const exitOf = (child: ChildProcess): Promise<number | null> =>
-  child.exitCode !== null || child.signalCode !== null ? Promise.resolve(child.exitCode) : once(child, 'exit').then(([code]) => code as number | null);
+  child.exitCode !== null || child.signalCode !== null
+    ? Promise.resolve(child.exitCode)
+    : once(child, 'exit').then(([code]) => code as number | null);
 
 function withDeadline<T>(p: Promise<T>, what: string, ms = WAIT_MS): Promise<T> {
   let timer: NodeJS.Timeout;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)))]).finally(() =>
-    clearTimeout(timer),
-  );
+  return Promise.race([
+    p,
+    new Promise<never>(
+      (_, reject) => (timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)),
+    ),
+  ]).finally(() => clearTimeout(timer));
 }
 
 /**
@@ -155,7 +189,10 @@ async function silenceableProxy(target: URL): Promise<{ url: string; silence(): 
   const silenced: net.Socket[] = [];
   const server = net.createServer((client) => {
     const upstream = net.connect(Number(target.port), target.hostname);
-    for (const [a, z] of [[client, upstream], [upstream, client]] as const) {
+    for (const [a, z] of [
+      [client, upstream],
+      [upstream, client],
+    ] as const) {
       a.pipe(z);
       a.on('error', () => z.destroy());
     }
@@ -218,7 +255,11 @@ describe('the wake path under hostile conditions', () => {
     session(s: StandIn, fields?: Record<string, unknown>): void;
     env(extra?: Record<string, string | undefined>): Record<string, string>;
     /** `hook-main.js EVENT` as the hook command `beidou attach` writes; the child and its exit. */
-    hook(event: string, env: Record<string, string>, opts?: { home?: string; stdin?: Record<string, unknown> }): { child: ChildProcess; stderr: () => string; exited: Promise<number | null> };
+    hook(
+      event: string,
+      env: Record<string, string>,
+      opts?: { home?: string; stdin?: Record<string, unknown> },
+    ): { child: ChildProcess; stderr: () => string; exited: Promise<number | null> };
     /** `beidou relay` started directly, its log on a pipe. */
     relay(s: StandIn, extra?: string[]): { child: ChildProcess; log: () => string; exited: Promise<number | null> };
     send(content: string, to?: string): Promise<string>;
@@ -279,26 +320,64 @@ describe('the wake path under hostile conditions', () => {
       },
       session: (s, fields = {}) => {
         const file = path.join(home, '.claude', 'sessions', `${s.pid}.json`);
-        const body = { pid: s.pid, sessionId, cwd: project, version: '2.1.332', peerProtocol: 1, status: 'idle', ...(s.socket ? { messagingSocketPath: s.socket } : {}), ...fields };
+        const body = {
+          pid: s.pid,
+          sessionId,
+          cwd: project,
+          version: '2.1.332',
+          peerProtocol: 1,
+          status: 'idle',
+          ...(s.socket ? { messagingSocketPath: s.socket } : {}),
+          ...fields,
+        };
         writeFileSync(`${file}.tmp`, JSON.stringify(body));
         renameSync(`${file}.tmp`, file);
       },
       env: (extra = {}) => {
         const e: Record<string, string> = {};
-        for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !/^(ANTHROPIC_|CLAUDE|BEIDOU_)/.test(k)) e[k] = v;
+        for (const [k, v] of Object.entries(process.env))
+          if (v !== undefined && !/^(ANTHROPIC_|CLAUDE|BEIDOU_)/.test(k)) e[k] = v;
         for (const [k, v] of Object.entries({ HOME: home, ...extra })) if (v !== undefined) e[k] = v;
         return e;
       },
       hook: (event, env, o = {}) => {
-        const child = spawn(process.execPath, [HOOK_MAIN, event, '--server', ts.url, '--token-file', tokenFile, '--home', o.home ?? serverHome], { env, stdio: ['pipe', 'ignore', 'pipe'] });
+        const child = spawn(
+          process.execPath,
+          [HOOK_MAIN, event, '--server', ts.url, '--token-file', tokenFile, '--home', o.home ?? serverHome],
+          { env, stdio: ['pipe', 'ignore', 'pipe'] },
+        );
         let stderr = '';
         child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-        child.stdin!.end(JSON.stringify({ session_id: env.CLAUDE_CODE_SESSION_ID ?? sessionId, hook_event_name: event === 'rewake' ? 'Stop' : 'SessionStart', ...o.stdin }));
+        child.stdin!.end(
+          JSON.stringify({
+            session_id: env.CLAUDE_CODE_SESSION_ID ?? sessionId,
+            hook_event_name: event === 'rewake' ? 'Stop' : 'SessionStart',
+            ...o.stdin,
+          }),
+        );
         cleanups.push(() => void child.kill('SIGKILL'));
         return { child, stderr: () => stderr, exited: exitOf(child) };
       },
       relay: (s, extra = []) => {
-        const args = [CLI, 'relay', '--socket', s.socket!, '--session-id', sessionId, '--server', ts.url, '--home', serverHome, '--token-file', tokenFile, '--claude-pid', String(s.pid), '--agent', task.root_agent_id, ...extra];
+        const args = [
+          CLI,
+          'relay',
+          '--socket',
+          s.socket!,
+          '--session-id',
+          sessionId,
+          '--server',
+          ts.url,
+          '--home',
+          serverHome,
+          '--token-file',
+          tokenFile,
+          '--claude-pid',
+          String(s.pid),
+          '--agent',
+          task.root_agent_id,
+          ...extra,
+        ];
         const child = spawn(process.execPath, args, { env: b.env(), stdio: ['ignore', 'ignore', 'pipe'] });
         let log = '';
         child.stderr!.on('data', (d: Buffer) => (log += d.toString()));
@@ -327,7 +406,8 @@ describe('the wake path under hostile conditions', () => {
     });
   }
 
-  const following = (log: () => string) => until('the relay to follow the inbox', () => (log().includes('following the inbox') ? true : undefined), WAIT_MS);
+  const following = (log: () => string) =>
+    until('the relay to follow the inbox', () => (log().includes('following the inbox') ? true : undefined), WAIT_MS);
   const logFile = (b: Bench, key: string | number) => path.join(b.state.dir, `relay-${key}.log`);
   const readLog = (file: string) => () => (existsSync(file) ? readFileSync(file, 'utf8') : '');
 
@@ -338,7 +418,22 @@ describe('the wake path under hostile conditions', () => {
       settleClaudeHome(b.home, { projects: [b.project] });
       rmSync(path.dirname(b.tokenFile), { recursive: true }); // attach makes the token's folder
       const attached = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-        const c = spawn(process.execPath, [CLI, 'attach', '--agent', b.task.root_agent_id, '--server', b.ts.url, '--home', b.beidouHome, '--claude-bin', CLAUDE], { cwd: b.project, env: b.env(), stdio: ['ignore', 'ignore', 'pipe'] });
+        const c = spawn(
+          process.execPath,
+          [
+            CLI,
+            'attach',
+            '--agent',
+            b.task.root_agent_id,
+            '--server',
+            b.ts.url,
+            '--home',
+            b.beidouHome,
+            '--claude-bin',
+            CLAUDE,
+          ],
+          { cwd: b.project, env: b.env(), stdio: ['ignore', 'ignore', 'pipe'] },
+        );
         let stderr = '';
         c.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
         c.once('exit', (code) => resolve({ code, stderr }));
@@ -353,9 +448,21 @@ describe('the wake path under hostile conditions', () => {
       const s = await b.standIn(b.socketPath());
       b.session(s);
       reapRelays(s.socket!);
-      const env = b.env({ CLAUDE_CODE_MESSAGING_SOCKET: s.socket!, CLAUDE_CODE_MESSAGING_TOKEN: 'cc-messaging-token', CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(s.pid) });
+      const env = b.env({
+        CLAUDE_CODE_MESSAGING_SOCKET: s.socket!,
+        CLAUDE_CODE_MESSAGING_TOKEN: 'cc-messaging-token',
+        CLAUDE_CODE_SESSION_ID: b.sessionId,
+        CLAUDE_PID: String(s.pid),
+      });
       const hook = spawn('/bin/sh', ['-c', command], { cwd: b.project, env, stdio: ['pipe', 'ignore', 'pipe'] });
-      hook.stdin!.end(JSON.stringify({ session_id: b.sessionId, hook_event_name: 'SessionStart', source: 'startup', permission_mode: 'default' }));
+      hook.stdin!.end(
+        JSON.stringify({
+          session_id: b.sessionId,
+          hook_event_name: 'SessionStart',
+          source: 'startup',
+          permission_mode: 'default',
+        }),
+      );
       expect(await exitOf(hook)).toBe(0);
       await following(readLog(logFile(b, s.pid)));
       const [relayPid] = relaysFor(s.socket!);
@@ -369,18 +476,24 @@ describe('the wake path under hostile conditions', () => {
         expect(r.lines.map((l) => l.type)).toEqual(['auth', 'user']);
         expect(r.lines[0]).toEqual({ type: 'auth', token: 'cc-messaging-token' });
         expect(r.user).toMatchObject({ session_id: b.sessionId, from: 'beidou:user', priority: 'next' });
-        expect(r.user.message.content).toMatch(/^<cross-session-message from="beidou:user" from-name="user" from-mode="prompting">\n\[Beidou\] \d new messages? from user: call mcp__beidou__read_inbox/);
+        expect(r.user.message.content).toMatch(
+          /^<cross-session-message from="beidou:user" from-name="user" from-mode="prompting">\n\[Beidou\] \d new messages? from user: call mcp__beidou__read_inbox/,
+        );
         expect(JSON.stringify(r.lines)).not.toContain('SECRET-CONTENT');
         expect(JSON.stringify(r.lines)).not.toContain(token);
       }
       // Every message still waits for the agent's own read_inbox, once.
-      expect((await b.readInbox()).map((m) => m.content)).toEqual([1, 2, 3].map((i) => `SECRET-CONTENT-${i} do not ring me`));
+      expect((await b.readInbox()).map((m) => m.content)).toEqual(
+        [1, 2, 3].map((i) => `SECRET-CONTENT-${i} do not ring me`),
+      );
       expect(await b.readInbox()).toEqual([]);
 
       // The token: in its 0600 file, in a 0700 folder, and in no other file, command line or environment.
       expect(statSync(b.tokenFile).mode & 0o777).toBe(0o600);
       expect(statSync(path.dirname(b.tokenFile)).mode & 0o777).toBe(0o700);
-      const holders = [b.home, b.project, b.beidouHome, path.join(b.dir, 'sock')].flatMap(filesUnder).filter((f) => readFileSync(f).includes(token));
+      const holders = [b.home, b.project, b.beidouHome, path.join(b.dir, 'sock')]
+        .flatMap(filesUnder)
+        .filter((f) => readFileSync(f).includes(token));
       expect(holders).toEqual([b.tokenFile]);
       expect(readFileSync(`/proc/${relayPid}/cmdline`, 'utf8')).not.toContain(token);
       expect(readFileSync(`/proc/${relayPid}/environ`, 'utf8')).not.toContain(token);
@@ -399,18 +512,26 @@ describe('the wake path under hostile conditions', () => {
       await following(relay.log);
       const ids: string[] = [];
       for (let i = 0; i < 100; i++) ids.push(await b.send(`burst ${i}`));
-      const last = await s.ring((r) => r.user.message.content.includes(`ref ${ids[99]}`), 'the doorbell for the 100th message');
+      const last = await s.ring(
+        (r) => r.user.message.content.includes(`ref ${ids[99]}`),
+        'the doorbell for the 100th message',
+      );
       expect(last.user.message.content).toContain('[Beidou] 100 new messages from user');
       const rungBefore = s.rings.length;
       // Claude Code takes about 30 at once, then one per 2 s; it drops a body it saw in the last 30 s from the same sender.
-      for (let i = 1; i < s.rings.length; i++) expect(s.rings[i]!.at - s.rings[i - 1]!.at).toBeGreaterThanOrEqual(1_900);
+      for (let i = 1; i < s.rings.length; i++)
+        expect(s.rings[i]!.at - s.rings[i - 1]!.at).toBeGreaterThanOrEqual(1_900);
       const bodies = s.rings.map((r) => r.user.message.content);
       expect(new Set(bodies).size).toBe(bodies.length);
       expect(new Set(s.rings.map((r) => r.user.msg_id)).size).toBe(s.rings.length);
       // Nothing more for this mail: the next doorbell is for the next message.
       expect(await b.readInbox()).toHaveLength(100);
       const next = await b.send('after the burst');
-      const after = await s.ring((r) => r.user.message.content.includes(`ref ${next}`), 'the doorbell for the next message', rungBefore);
+      const after = await s.ring(
+        (r) => r.user.message.content.includes(`ref ${next}`),
+        'the doorbell for the next message',
+        rungBefore,
+      );
       expect(s.rings.indexOf(after)).toBe(rungBefore);
       expect(after.user.message.content).toContain('[Beidou] 1 new message from user');
     }, 60_000);
@@ -422,11 +543,21 @@ describe('the wake path under hostile conditions', () => {
       const s = await b.standIn(b.socketPath());
       b.session(s);
       reapRelays(s.socket!);
-      const env = b.env({ CLAUDE_CODE_MESSAGING_SOCKET: s.socket!, CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(s.pid) });
-      const hooks = ['startup', 'resume', 'compact'].map((source) => b.hook('session-start', env, { stdin: { source } }));
+      const env = b.env({
+        CLAUDE_CODE_MESSAGING_SOCKET: s.socket!,
+        CLAUDE_CODE_SESSION_ID: b.sessionId,
+        CLAUDE_PID: String(s.pid),
+      });
+      const hooks = ['startup', 'resume', 'compact'].map((source) =>
+        b.hook('session-start', env, { stdin: { source } }),
+      );
       expect(await Promise.all(hooks.map((h) => h.exited))).toEqual([0, 0, 0]);
       // Every relay a hook spawned exists by now; the losers stand down.
-      const [relay] = await until('one relay for the socket', () => (relaysFor(s.socket!).length === 1 ? relaysFor(s.socket!) : undefined), WAIT_MS);
+      const [relay] = await until(
+        'one relay for the socket',
+        () => (relaysFor(s.socket!).length === 1 ? relaysFor(s.socket!) : undefined),
+        WAIT_MS,
+      );
       expect(b.state.relayOf(s.socket!)).toBe(relay);
       await following(readLog(logFile(b, s.pid)));
       // A Stop hook finds it alive and starts none.
@@ -441,7 +572,7 @@ describe('the wake path under hostile conditions', () => {
       expect(s.rings.map((r) => r.user.message.content.match(/ref (\S+)\)/)![1])).toEqual([first, second]);
     }, 60_000);
 
-    it('two relays after a lock race (the loser\'s lock taken from under it): the one whose lock was taken stands down', async () => {
+    it("two relays after a lock race (the loser's lock taken from under it): the one whose lock was taken stands down", async () => {
       const b = await bench();
       const s = await b.standIn(b.socketPath());
       b.session(s);
@@ -459,7 +590,11 @@ describe('the wake path under hostile conditions', () => {
       expect(pidAlive(second.child.pid!)).toBe(true);
       expect(b.state.relayOf(s.socket!)).toBe(second.child.pid);
       // The one that stays is the one `beidou attach --check` names.
-      await until('the session record to name the relay that stays', () => (b.state.sessionWake(`pid:${s.pid}`)?.pid === second.child.pid ? true : undefined), WAIT_MS);
+      await until(
+        'the session record to name the relay that stays',
+        () => (b.state.sessionWake(`pid:${s.pid}`)?.pid === second.child.pid ? true : undefined),
+        WAIT_MS,
+      );
       const id = await b.send('after the race');
       await s.ring((r) => r.user.message.content.includes(`ref ${id}`), 'the doorbell');
       await b.readInbox();
@@ -509,12 +644,24 @@ describe('the wake path under hostile conditions', () => {
       const s = await b.standIn(b.socketPath());
       b.session(s);
       reapRelays(s.socket!);
-      const env = b.env({ CLAUDE_CODE_MESSAGING_SOCKET: s.socket!, CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(s.pid) });
-      const child = spawn(process.execPath, [HOOK_MAIN, 'session-start', '--server', url, '--token-file', b.tokenFile, '--home', b.beidouHome], { env, stdio: ['pipe', 'ignore', 'pipe'] });
+      const env = b.env({
+        CLAUDE_CODE_MESSAGING_SOCKET: s.socket!,
+        CLAUDE_CODE_SESSION_ID: b.sessionId,
+        CLAUDE_PID: String(s.pid),
+      });
+      const child = spawn(
+        process.execPath,
+        [HOOK_MAIN, 'session-start', '--server', url, '--token-file', b.tokenFile, '--home', b.beidouHome],
+        { env, stdio: ['pipe', 'ignore', 'pipe'] },
+      );
       child.stdin!.end(JSON.stringify({ session_id: b.sessionId }));
       expect(await withDeadline(exitOf(child), 'the hook to return', 5_000)).toBe(0);
       const log = readLog(logFile(b, s.pid));
-      await until('the relay to find the server down', () => (/inbox stream: fetch failed/.test(log()) ? true : undefined), WAIT_MS);
+      await until(
+        'the relay to find the server down',
+        () => (/inbox stream: fetch failed/.test(log()) ? true : undefined),
+        WAIT_MS,
+      );
 
       const ts = await startTestServer({ home: b.beidouHome, port: Number(new URL(url).port) });
       cleanups.push(() => ts.close());
@@ -522,7 +669,10 @@ describe('the wake path under hostile conditions', () => {
       cleanups.push(() => agent.close());
       const res = await ts.api('POST', `/agents/${b.task.root_agent_id}/send`, { content: 'the server is up' });
       expect(res.status).toBe(200);
-      await s.ring((r) => r.user.message.content.includes(`ref ${res.body.message_id}`), 'the doorbell once the server is up');
+      await s.ring(
+        (r) => r.user.message.content.includes(`ref ${res.body.message_id}`),
+        'the doorbell once the server is up',
+      );
     }, 60_000);
 
     it('the connection goes silent without closing (half-open after the machine slept or the network changed): the relay reconnects and rings', async () => {
@@ -535,11 +685,16 @@ describe('the wake path under hostile conditions', () => {
       await following(relay.log);
       proxy.silence();
       const id = await b.send('sent while the connection was dead');
-      await s.ring((r) => r.user.message.content.includes(`ref ${id}`), 'the doorbell after the relay noticed the silence', 0, 60_000);
+      await s.ring(
+        (r) => r.user.message.content.includes(`ref ${id}`),
+        'the doorbell after the relay noticed the silence',
+        0,
+        60_000,
+      );
       expect(relay.log()).toMatch(/inbox stream: nothing from the server in 40 s/);
     }, 90_000);
 
-    it('the token file rewritten while the relay runs: read again at the next connection (another agent\'s token: that agent\'s mail; garbage: the relay stops)', async () => {
+    it("the token file rewritten while the relay runs: read again at the next connection (another agent's token: that agent's mail; garbage: the relay stops)", async () => {
       const b = await bench();
       const s = await b.standIn(b.socketPath());
       b.session(s);
@@ -554,7 +709,10 @@ describe('the wake path under hostile conditions', () => {
       const otherClient = await connectAgent(b.ts.url, other.token);
       cleanups.push(() => otherClient.close());
       const forOther = await b.send('for the other agent', other.root_agent_id);
-      await s.ring((r) => r.user.message.content.includes(`ref ${forOther}`), 'the doorbell for the agent the token file now names');
+      await s.ring(
+        (r) => r.user.message.content.includes(`ref ${forOther}`),
+        'the doorbell for the agent the token file now names',
+      );
 
       // Garbage in the file: refused at the next connection, and the relay says so and stops.
       writeFileSync(b.tokenFile, 'not.a.token\n');
@@ -572,7 +730,14 @@ describe('the wake path under hostile conditions', () => {
       await following(relay.log);
       rmSync(b.tokenFile);
       await b.restart();
-      await until('the relay to name the missing token file', () => (relay.log().includes(`inbox stream: ENOENT: no such file or directory, open '${b.tokenFile}'`) ? true : undefined), WAIT_MS);
+      await until(
+        'the relay to name the missing token file',
+        () =>
+          relay.log().includes(`inbox stream: ENOENT: no such file or directory, open '${b.tokenFile}'`)
+            ? true
+            : undefined,
+        WAIT_MS,
+      );
       expect(pidAlive(relay.child.pid!)).toBe(true);
       await s.kill();
       expect(await withDeadline(relay.exited, 'the relay to end with its session')).toBe(0);
@@ -586,8 +751,12 @@ describe('the wake path under hostile conditions', () => {
       reapRelays(s.socket!);
       const sessions = path.join(b.home, '.claude', 'sessions');
       // The session's own file truncated mid-write; others claiming its id, busy, with odd pids.
-      writeFileSync(path.join(sessions, `${s.pid}.json`), `{"pid":${s.pid},"sessionId":"${b.sessionId}","status":"idle","messagingSo`);
-      const hostile = (name: string, body: unknown) => writeFileSync(path.join(sessions, name), typeof body === 'string' ? body : JSON.stringify(body));
+      writeFileSync(
+        path.join(sessions, `${s.pid}.json`),
+        `{"pid":${s.pid},"sessionId":"${b.sessionId}","status":"idle","messagingSo`,
+      );
+      const hostile = (name: string, body: unknown) =>
+        writeFileSync(path.join(sessions, name), typeof body === 'string' ? body : JSON.stringify(body));
       // A live pid (init) in a file naming this session: stale, or garbage; it is not this process.
       hostile('1.json', { pid: 1, sessionId: b.sessionId, version: '2.1.332', status: 'busy' });
       hostile('0.json', { pid: 0, sessionId: b.sessionId, status: 'busy' });
@@ -598,7 +767,11 @@ describe('the wake path under hostile conditions', () => {
       hostile('6.json', '[1,2]');
       hostile('7.json', '\u0000\u00ff garbage');
       mkdirSync(path.join(sessions, '8.json'));
-      const env = b.env({ CLAUDE_CODE_MESSAGING_SOCKET: s.socket!, CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(s.pid) });
+      const env = b.env({
+        CLAUDE_CODE_MESSAGING_SOCKET: s.socket!,
+        CLAUDE_CODE_SESSION_ID: b.sessionId,
+        CLAUDE_PID: String(s.pid),
+      });
       const start = b.hook('session-start', env);
       expect(await start.exited, start.stderr()).toBe(0);
       await following(readLog(logFile(b, s.pid)));
@@ -618,7 +791,11 @@ describe('the wake path under hostile conditions', () => {
       reapRelays(s.socket!);
       writeFileSync(path.join(b.dir, 'a-file'), '');
       const blocked = path.join(b.dir, 'a-file', 'home');
-      const env = b.env({ CLAUDE_CODE_MESSAGING_SOCKET: s.socket!, CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(s.pid) });
+      const env = b.env({
+        CLAUDE_CODE_MESSAGING_SOCKET: s.socket!,
+        CLAUDE_CODE_SESSION_ID: b.sessionId,
+        CLAUDE_PID: String(s.pid),
+      });
       const start = b.hook('session-start', env, { home: blocked, stdin: { permission_mode: 'default' } });
       expect(await start.exited).toBe(1);
       expect(start.stderr()).toMatch(/^beidou hook: ENOTDIR: not a directory, mkdir '.*a-file\/home\/wake'\n$/);
@@ -626,12 +803,14 @@ describe('the wake path under hostile conditions', () => {
 
       const bare = await b.standIn(null);
       b.session(bare);
-      const rewake = b.hook('rewake', b.env({ CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(bare.pid) }), { home: blocked });
+      const rewake = b.hook('rewake', b.env({ CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(bare.pid) }), {
+        home: blocked,
+      });
       expect(await withDeadline(rewake.exited, 'the rewake hook to fail')).toBe(1);
       expect(rewake.stderr()).toMatch(/ENOTDIR.*a-file\/home\/wake/);
     }, 30_000);
 
-    it('a session id from the environment cannot put the relay\'s log outside the wake folder, nor delete a file there when the session ends', async () => {
+    it("a session id from the environment cannot put the relay's log outside the wake folder, nor delete a file there when the session ends", async () => {
       const b = await bench();
       const s = await b.standIn(b.socketPath());
       reapRelays(s.socket!);
@@ -642,8 +821,16 @@ describe('the wake path under hostile conditions', () => {
       const env = b.env({ CLAUDE_CODE_MESSAGING_SOCKET: s.socket!, CLAUDE_CODE_SESSION_ID: hostileId });
       const start = b.hook('session-start', env);
       expect(await start.exited, start.stderr()).toBe(0);
-      const [relay] = await until('the relay', () => (relaysFor(s.socket!).length === 1 ? relaysFor(s.socket!) : undefined), WAIT_MS);
-      await until('the relay to record itself', () => (b.state.sessionWake(`sid:${hostileId}`)?.pid === relay ? true : undefined), WAIT_MS);
+      const [relay] = await until(
+        'the relay',
+        () => (relaysFor(s.socket!).length === 1 ? relaysFor(s.socket!) : undefined),
+        WAIT_MS,
+      );
+      await until(
+        'the relay to record itself',
+        () => (b.state.sessionWake(`sid:${hostileId}`)?.pid === relay ? true : undefined),
+        WAIT_MS,
+      );
       expect(readFileSync(victim, 'utf8')).toBe('keep me\n');
       // Its log is in the wake folder.
       const logs = readdirSync(b.state.dir).filter((f) => f.endsWith('.log'));
@@ -663,7 +850,12 @@ describe('the wake path under hostile conditions', () => {
       b.session(s);
       return { s, env: b.env({ CLAUDE_CODE_SESSION_ID: b.sessionId, CLAUDE_PID: String(s.pid) }) };
     }
-    const waiting = (b: Bench, s: StandIn, pid: number) => until(`waiter ${pid} to be recorded`, () => (b.state.sessionWake(`pid:${s.pid}`)?.pid === pid ? true : undefined), WAIT_MS);
+    const waiting = (b: Bench, s: StandIn, pid: number) =>
+      until(
+        `waiter ${pid} to be recorded`,
+        () => (b.state.sessionWake(`pid:${s.pid}`)?.pid === pid ? true : undefined),
+        WAIT_MS,
+      );
 
     it('a newer waiter stands the older down; one exit 2 per message, only once the session is idle; the mail stays in the inbox', async () => {
       const b = await bench();
@@ -683,7 +875,9 @@ describe('the wake path under hostile conditions', () => {
       expect(pidAlive(third.child.pid!)).toBe(true);
       b.session(s, { status: 'idle' });
       expect(await withDeadline(third.exited, 'the waiter to wake the session')).toBe(2);
-      expect(third.stderr()).toBe(`[Beidou] 1 new message from user: call mcp__beidou__read_inbox to read it (ref ${id})\n`);
+      expect(third.stderr()).toBe(
+        `[Beidou] 1 new message from user: call mcp__beidou__read_inbox to read it (ref ${id})\n`,
+      );
       expect((await b.readInbox()).map((m) => m.message_id)).toEqual([id]);
     }, 60_000);
 
@@ -695,14 +889,18 @@ describe('the wake path under hostile conditions', () => {
       // Claude Code clears: the same process and session file, a new id, and SessionStart again.
       const cleared = `${b.sessionId}-cleared`;
       b.session(s, { sessionId: cleared });
-      const after = b.hook('session-start', { ...env, CLAUDE_CODE_SESSION_ID: cleared }, { stdin: { session_id: cleared, source: 'clear' } });
+      const after = b.hook(
+        'session-start',
+        { ...env, CLAUDE_CODE_SESSION_ID: cleared },
+        { stdin: { session_id: cleared, source: 'clear' } },
+      );
       await waiting(b, s, after.child.pid!);
-      expect(await withDeadline(before.exited, 'the old id\'s waiter to stand down')).toBe(0);
+      expect(await withDeadline(before.exited, "the old id's waiter to stand down")).toBe(0);
       await b.send('one message');
       expect(await withDeadline(after.exited, 'the wake')).toBe(2);
     }, 60_000);
 
-    it('the session\'s process gone: the waiter ends without waking anything', async () => {
+    it("the session's process gone: the waiter ends without waking anything", async () => {
       const b = await bench();
       const { s, env } = await socketless(b);
       const w = b.hook('session-start', env);
@@ -716,7 +914,11 @@ describe('the wake path under hostile conditions', () => {
   describe('beidou attach in a hostile folder', () => {
     function beidou(b: Bench, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
       return new Promise((resolve) => {
-        const c = spawn(process.execPath, [CLI, ...args], { cwd: b.project, env: b.env(), stdio: ['ignore', 'pipe', 'pipe'] });
+        const c = spawn(process.execPath, [CLI, ...args], {
+          cwd: b.project,
+          env: b.env(),
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         let stdout = '';
         let stderr = '';
         c.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -728,34 +930,77 @@ describe('the wake path under hostile conditions', () => {
     it('--remove deletes no file that is not a token, whatever a committed settings.local.json names', async () => {
       const b = await bench();
       const precious = path.join(b.dir, 'precious.txt');
-      writeFileSync(precious, 'the user\'s own file\n');
+      writeFileSync(precious, "the user's own file\n");
       // A cloned project's settings, shaped like ours, naming someone else's file as the token file.
       mkdirSync(path.join(b.project, '.claude'));
-      const planted = { hooks: { Stop: [{ hooks: [{ type: 'command', command: `'node' '/x/hook-main.js' stop --server 'http://x' --token-file '${precious}' --home '/x'` }] }] } };
+      const planted = {
+        hooks: {
+          Stop: [
+            {
+              hooks: [
+                {
+                  type: 'command',
+                  command: `'node' '/x/hook-main.js' stop --server 'http://x' --token-file '${precious}' --home '/x'`,
+                },
+              ],
+            },
+          ],
+        },
+      };
       writeFileSync(path.join(b.project, '.claude', 'settings.local.json'), JSON.stringify(planted));
       const r = await beidou(b, ['attach', '--remove', '--home', b.beidouHome, '--claude-bin', CLAUDE]);
-      expect(readFileSync(precious, 'utf8')).toBe('the user\'s own file\n');
+      expect(readFileSync(precious, 'utf8')).toBe("the user's own file\n");
       expect(r.stdout + r.stderr).toMatch(/not a token/);
       // The planted hooks are gone; a real token file is still removed.
       expect(existsSync(path.join(b.project, '.claude', 'settings.local.json'))).toBe(false);
-      const mine = await beidou(b, ['attach', '--agent', b.task.root_agent_id, '--server', b.ts.url, '--home', b.beidouHome, '--claude-bin', CLAUDE]);
+      const mine = await beidou(b, [
+        'attach',
+        '--agent',
+        b.task.root_agent_id,
+        '--server',
+        b.ts.url,
+        '--home',
+        b.beidouHome,
+        '--claude-bin',
+        CLAUDE,
+      ]);
       expect(mine.code, mine.stderr).toBe(0);
       expect((await beidou(b, ['attach', '--remove', '--home', b.beidouHome, '--claude-bin', CLAUDE])).code).toBe(0);
       expect(existsSync(b.tokenFile)).toBe(false);
     }, 60_000);
 
-    it('a file planted where the token file\'s temporary copy is written (a shared folder): the token file is still 0600, and the planted file never holds the token', async () => {
+    it("a file planted where the token file's temporary copy is written (a shared folder): the token file is still 0600, and the planted file never holds the token", async () => {
       const b = await bench();
       const shared = path.join(b.dir, 'shared');
       mkdirSync(shared, { mode: 0o1777 });
       chmodSync(shared, 0o1777);
       const tokenFile = path.join(shared, 'agent.token');
       // `exec` keeps the pid, so the temporary name `attach` will use is known before it runs.
-      const c = spawn('/bin/sh', ['-c', 'read go; exec "$0" "$@"', process.execPath, CLI, 'attach', '--agent', b.task.root_agent_id, '--token-file', tokenFile, '--server', b.ts.url, '--home', b.beidouHome, '--claude-bin', CLAUDE], {
-        cwd: b.project,
-        env: b.env(),
-        stdio: ['pipe', 'ignore', 'pipe'],
-      });
+      const c = spawn(
+        '/bin/sh',
+        [
+          '-c',
+          'read go; exec "$0" "$@"',
+          process.execPath,
+          CLI,
+          'attach',
+          '--agent',
+          b.task.root_agent_id,
+          '--token-file',
+          tokenFile,
+          '--server',
+          b.ts.url,
+          '--home',
+          b.beidouHome,
+          '--claude-bin',
+          CLAUDE,
+        ],
+        {
+          cwd: b.project,
+          env: b.env(),
+          stdio: ['pipe', 'ignore', 'pipe'],
+        },
+      );
       let stderr = '';
       c.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
       const plantedFile = `${tokenFile}.${c.pid}.tmp`;
@@ -795,13 +1040,24 @@ describe('with the real Claude Code: /clear while the rewake hooks wait', () => 
     claude.keys('/clear', 'Enter');
     const cleared = await until(
       'a new session id in the same process',
-      () => liveSessions(rig.env).find((x) => x.pid === session.pid && x.sessionId !== session.sessionId && x.status === 'idle'),
+      () =>
+        liveSessions(rig.env).find(
+          (x) => x.pid === session.pid && x.sessionId !== session.sessionId && x.status === 'idle',
+        ),
       STEP_MS,
     ).catch((err: Error) => {
       throw new Error(`${err.message}\n${rig.diagnose(claude)}`);
     });
-    await until('the waiter of the new session id', () => (rig.waker(cleared)?.session_id === cleared.sessionId ? true : undefined), STEP_MS);
-    await until('the waiter of the cleared id to stand down', () => (pidAlive(before.pid) ? undefined : true), STEP_MS).catch((err: Error) => {
+    await until(
+      'the waiter of the new session id',
+      () => (rig.waker(cleared)?.session_id === cleared.sessionId ? true : undefined),
+      STEP_MS,
+    );
+    await until(
+      'the waiter of the cleared id to stand down',
+      () => (pidAlive(before.pid) ? undefined : true),
+      STEP_MS,
+    ).catch((err: Error) => {
       throw new Error(`${err.message}\n${rig.diagnose(claude)}`);
     });
 

@@ -7,7 +7,14 @@ import type { TmuxClaude } from '../../src/testkit/claude-tmux.js';
 import { eventsNamed, waitForEvent, type AnyEvent } from '../support/events.js';
 import { lastUserText } from '../../src/testkit/fake-anthropic.js';
 import { until } from '../../src/testkit/poll.js';
-import { agentToken, connectAgent, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { STEP_MS, WakeRig, type RigOptions } from '../support/wake-rig.js';
 
 /**
@@ -34,7 +41,8 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     return rig;
   }
 
-  const delivered = (events: AnyEvent[], messageId: string) => eventsNamed(events, 'agent_input', (e) => (e.message_ids ?? [e.message_id]).includes(messageId));
+  const delivered = (events: AnyEvent[], messageId: string) =>
+    eventsNamed(events, 'agent_input', (e) => (e.message_ids ?? [e.message_id]).includes(messageId));
 
   /**
    * The session idle at its prompt: a message from the user (REST) and one from another agent
@@ -59,13 +67,17 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
 
     // 1. From the user, through the REST API.
     const first = await s.wakeBy(claude, async () => {
-      const res = await s.server().api('POST', `/agents/${s.task.root_agent_id}/send`, { content: 'first: from the user' });
+      const res = await s
+        .server()
+        .api('POST', `/agents/${s.task.root_agent_id}/send`, { content: 'first: from the user' });
       expect(res.status).toBe(200);
       return res.body.message_id as string;
     });
     expect(first.request.turn).toBe(0);
     expect(first.ms).toBeLessThan(5_000);
-    expect(lastUserText(first.request.body)).toMatch(/\[Beidou\] 1 new message from user: call mcp__beidou__read_inbox/);
+    expect(lastUserText(first.request.body)).toMatch(
+      /\[Beidou\] 1 new message from user: call mcp__beidou__read_inbox/,
+    );
     expect(lastUserText(first.request.body)).not.toContain('first: from the user');
     const inbox1 = await s.readInboxResult(0);
     expect(inbox1.messages.map((m: any) => m.content)).toEqual(['first: from the user']);
@@ -73,7 +85,11 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     // 2. From another agent of the task, through send_message.
     const root = await connectAgent(s.server().url, s.task.token);
     s.onClose(() => root.close());
-    const made = await root.call('create_team', { name: 'helpers', task: 'help', roles: [{ role: 'helper', skill: 'worker', description: 'helps' }] });
+    const made = await root.call('create_team', {
+      name: 'helpers',
+      task: 'help',
+      roles: [{ role: 'helper', skill: 'worker', description: 'helps' }],
+    });
     expect(made.ok, JSON.stringify(made)).toBe(true);
     const team = (made as { value: any }).value;
     const helperId: string = team.members?.[0]?.agent_id ?? team.agents?.[0]?.agent_id;
@@ -82,7 +98,11 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     // Idle again, and (rewake) the waiter the last Stop re-armed is in place.
     await s.fake.waitForTurn(1);
     await s.idleSession(claude);
-    await until('a waker for the next message', () => (waker()?.pid && (path === 'socket' || waker()!.pid !== wake.pid) ? true : undefined), STEP_MS);
+    await until(
+      'a waker for the next message',
+      () => (waker()?.pid && (path === 'socket' || waker()!.pid !== wake.pid) ? true : undefined),
+      STEP_MS,
+    );
     const second = await s.wakeBy(claude, async () => {
       const sent = await helper.call('send_message', { to: s.task.root_agent_id, content: 'second: from the helper' });
       expect(sent.ok, JSON.stringify(sent)).toBe(true);
@@ -95,12 +115,18 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     expect(inbox2.messages.map((m: any) => m.content)).toEqual(['second: from the helper']);
 
     // Each message delivered exactly once, by the session's read_inbox.
-    await waitForEvent(s.server() as TestServer, s.task.task_id, (e) => delivered([e], second.messageId).length > 0, { what: 'the second delivery' });
-    const events = (await s.server().api('GET', `/tasks/${s.task.task_id}/events?since=0&limit=10000`)).body.events as AnyEvent[];
+    await waitForEvent(s.server() as TestServer, s.task.task_id, (e) => delivered([e], second.messageId).length > 0, {
+      what: 'the second delivery',
+    });
+    const events = (await s.server().api('GET', `/tasks/${s.task.task_id}/events?since=0&limit=10000`)).body
+      .events as AnyEvent[];
     expect(delivered(events, first.messageId)).toHaveLength(1);
     expect(delivered(events, second.messageId)).toHaveLength(1);
     // Taken by the session's own read_inbox: the doorbell carried no message.
-    expect([...delivered(events, first.messageId), ...delivered(events, second.messageId)].map((e) => e.via)).toEqual(['read_inbox', 'read_inbox']);
+    expect([...delivered(events, first.messageId), ...delivered(events, second.messageId)].map((e) => e.via)).toEqual([
+      'read_inbox',
+      'read_inbox',
+    ]);
     return { session, wake };
   }
 
@@ -143,7 +169,7 @@ describe('a message wakes an idle Claude Code session (beidou attach)', () => {
     await until('the waiter to end with its session', () => (pidAlive(wake.pid) ? undefined : true), STEP_MS);
   }, 180_000);
 
-  it('bypass-permissions: the doorbell attests the session\'s mode, so the session takes it instead of holding it', async () => {
+  it("bypass-permissions: the doorbell attests the session's mode, so the session takes it instead of holding it", async () => {
     const s = await setup({ bypass: true, extraEnv: { IS_SANDBOX: '1' } });
     await s.attach();
     const claude = s.startClaude(['--permission-mode', 'bypassPermissions']);

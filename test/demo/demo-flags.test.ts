@@ -10,7 +10,12 @@ describe('demo flags', () => {
     expect(parseDemoFlags([])).toEqual({ chaos: false, keep: false, slow: false, seed: undefined });
     expect(parseDemoFlags(['--keep'])).toEqual({ chaos: false, keep: true, slow: false, seed: undefined });
     expect(parseDemoFlags(['--slow'])).toEqual({ chaos: false, keep: false, slow: true, seed: undefined });
-    expect(parseDemoFlags(['--chaos', '--keep', '--slow', '--seed', '42'])).toEqual({ chaos: true, keep: true, slow: true, seed: 42 });
+    expect(parseDemoFlags(['--chaos', '--keep', '--slow', '--seed', '42'])).toEqual({
+      chaos: true,
+      keep: true,
+      slow: true,
+      seed: 42,
+    });
     expect(parseDemoFlags(['--seed=7', '--chaos'])).toEqual({ chaos: true, keep: false, slow: false, seed: 7 });
   });
 

@@ -30,7 +30,11 @@ class DemoChild {
   private done = false;
 
   constructor(args: string[], env: Record<string, string> = {}) {
-    this.proc = spawn(process.execPath, [DEMO, ...args], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(process.execPath, [DEMO, ...args], {
+      cwd: ROOT,
+      env: childEnv(env),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     createInterface({ input: this.proc.stdout! }).on('line', (line) => {
       this.lines.push(line);
       this.notify();
@@ -58,7 +62,10 @@ class DemoChild {
           const m = match.exec(l);
           if (m) return resolve(m);
         }
-        if (this.done) return reject(new Error(`the demo ended without a line matching ${match}:\n${this.lines.join('\n')}\n${this.stderr}`));
+        if (this.done)
+          return reject(
+            new Error(`the demo ended without a line matching ${match}:\n${this.lines.join('\n')}\n${this.stderr}`),
+          );
         this.waiters.push(check);
       };
       check();
@@ -89,9 +96,12 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     expect(said.filter((s) => s.startsWith('NOT A STORY LINE'))).toEqual([]);
 
     const root = /^user started the task with (root-[0-9a-f]{4}) as its root/.exec(said[0]!)?.[1];
-    expect(said[0]).toBe(`user started the task with ${root} as its root (skill leader): "Write a short report on Polaris, the North Star."`);
+    expect(said[0]).toBe(
+      `user started the task with ${root} as its root (skill leader): "Write a short report on Polaris, the North Star."`,
+    );
     expect(story[0]).toMatch(/^ {2}\+0\.0s {2}/);
-    const name = (role: string) => said.map((s) => new RegExp(`→ (${role}-[0-9a-f]{4}): spawned as ${role}`).exec(s)?.[1]).find(Boolean)!;
+    const name = (role: string) =>
+      said.map((s) => new RegExp(`→ (${role}-[0-9a-f]{4}): spawned as ${role}`).exec(s)?.[1]).find(Boolean)!;
     const researcher = name('researcher');
     const writer = name('writer');
     expect([researcher, writer].every(Boolean), said.join('\n')).toBe(true);
@@ -123,8 +133,14 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     // Every agent stopped, each named in one line of terminations (consecutive ones share a
     // line; whether the writer's comes before the task's end or with the root's depends on
     // when its process exits); the story ends with the root's.
-    const terminations = said.filter((l) => / (is|are) terminated$/.test(l)).map((l) => l.replace(/ (is|are) terminated$/, '').split(/, | and /));
-    for (const who of [researcher, writer, root]) expect(terminations.filter((names) => names.includes(who!)), who).toHaveLength(1);
+    const terminations = said
+      .filter((l) => / (is|are) terminated$/.test(l))
+      .map((l) => l.replace(/ (is|are) terminated$/, '').split(/, | and /));
+    for (const who of [researcher, writer, root])
+      expect(
+        terminations.filter((names) => names.includes(who!)),
+        who,
+      ).toHaveLength(1);
     expect(said.at(-1)).toMatch(/ (is|are) terminated$/);
     expect(terminations.at(-1)).toContain(root!);
 
@@ -136,7 +152,9 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     }
     expect(said.filter((s, i) => s === said[i - 1] && !s.includes('hands its work in'))).toEqual([]);
     // Launches, deliveries and the scripted agents' turn markers are left out.
-    expect(said.filter((s) => /launch queued|took |received |handing over|liveness check|step \d+ done|spooled/.test(s))).toEqual([]);
+    expect(
+      said.filter((s) => /launch queued|took |received |handing over|liveness check|step \d+ done|spooled/.test(s)),
+    ).toEqual([]);
 
     const summary = demo.lines.slice(demo.lines.indexOf('summary') + 1, demo.lines.indexOf('next') - 1);
     expect(summary[0]).toMatch(/^ {2}task {7}done \(root approved\) after \d+\.\d s and \d+ events$/);
@@ -149,10 +167,14 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     // The default run leaves no home behind and says how to keep or watch one.
     const home = /\(home (\S+)\)$/.exec(demo.lines.find((l) => l.startsWith('server '))!)![1]!;
     expect(existsSync(home)).toBe(false);
-    expect(demo.lines.slice(demo.lines.indexOf('next'))).toContain("  this run's home is deleted; keep it to browse afterwards:  npm run demo -- --keep");
+    expect(demo.lines.slice(demo.lines.indexOf('next'))).toContain(
+      "  this run's home is deleted; keep it to browse afterwards:  npm run demo -- --keep",
+    );
   });
 
-  it('--keep: the story printed live is the whole log from seq 1, each event once; the printed serve command browses the kept home', async ({ onTestFinished }) => {
+  it('--keep: the story printed live is the whole log from seq 1, each event once; the printed serve command browses the kept home', async ({
+    onTestFinished,
+  }) => {
     const demo = new DemoChild(['--keep']);
     onTestFinished(() => void demo.proc.kill('SIGKILL'));
     expect((await demo.exited).code, demo.stderr).toBe(0);
@@ -164,7 +186,10 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     expect((await demo.line(/^ {2}then open: {3}(\S+) /))[1]).toBe('http://127.0.0.1:7777/');
 
     // Told again from the durable log, start to end: the same lines, so none was missed or doubled.
-    const events = readFileSync(path.join(home, 'events', `${taskId}.jsonl`), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as StoredEvent);
+    const events = readFileSync(path.join(home, 'events', `${taskId}.jsonl`), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as StoredEvent);
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
     const story = new Story();
     const retold = [...events.flatMap((e) => story.add(e)), ...story.end()];
@@ -181,7 +206,9 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     expect(tail.stdout.split('\n').filter(Boolean)).toHaveLength(events.length);
   });
 
-  it('--slow: the dashboard and admin token first, agents one step per 1.5 s; Ctrl-C stops it and leaves nothing running or on disk', async ({ onTestFinished }) => {
+  it('--slow: the dashboard and admin token first, agents one step per 1.5 s; Ctrl-C stops it and leaves nothing running or on disk', async ({
+    onTestFinished,
+  }) => {
     const demo = new DemoChild(['--slow']);
     onTestFinished(() => void demo.proc.kill('SIGKILL'));
     const [, url, token] = await demo.line(/^dashboard (http:\/\/\S+)\/ \(sign in with the admin token (\S+)\)$/);
@@ -204,9 +231,13 @@ describe('npm run demo', { timeout: 90_000 }, () => {
     expect((await demo.exited).code).toBe(130);
     expect(demo.lines.at(-1)).toBe('stopped: the demo was stopped before the task ended');
     // The address came before the story: the run can be watched from its first event.
-    expect(demo.lines.findIndex((l) => l.startsWith('dashboard '))).toBeLessThan(demo.lines.findIndex((l) => STORY_LINE.test(l)));
+    expect(demo.lines.findIndex((l) => l.startsWith('dashboard '))).toBeLessThan(
+      demo.lines.findIndex((l) => STORY_LINE.test(l)),
+    );
     expect(existsSync(home)).toBe(false);
     // The spawner ends its agents as it stops.
-    await until('the agents to end', () => (agentProcesses(path.join(home, 'agents'), task!.task_id).length === 0 ? true : undefined));
+    await until('the agents to end', () =>
+      agentProcesses(path.join(home, 'agents'), task!.task_id).length === 0 ? true : undefined,
+    );
   });
 });

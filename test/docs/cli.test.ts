@@ -3,11 +3,25 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, w
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { boundCommand, checkedExamples, matchSample, type Bindings, type DocCommand, type DocExample } from '../support/doc-examples.js';
+import {
+  boundCommand,
+  checkedExamples,
+  matchSample,
+  type Bindings,
+  type DocCommand,
+  type DocExample,
+} from '../support/doc-examples.js';
 import { buildCli, MAIN, ROOT } from '../support/cli.js';
 import { until } from '../../src/testkit/poll.js';
 import { handSpawner } from '../support/spawner-stream.js';
-import { agentToken, connectAgent, createTask, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 // Embedded store only (vitest.config.ts): the page's examples rebuild stats.db from a home's events/*.jsonl.
 
@@ -31,8 +45,12 @@ beforeAll(() => buildCli(true), 120_000);
 /** Every command `beidou --help` lists; a group (`task`, `agent`, `stats`: no options, no arguments) as its subcommands. */
 function commandsOfCli(prefix: string[] = []): string[] {
   const help = execFileSync(process.execPath, [MAIN, ...prefix, '--help'], { encoding: 'utf8' });
-  const listed = [...help.slice(help.indexOf('\nCommands:\n')).matchAll(/^ {2}([\w-]+)( \S)?/gm)].filter((m) => m[1] !== 'help');
-  return listed.flatMap(([, name, usage]) => (usage ? [[...prefix, name].join(' ')] : commandsOfCli([...prefix, name!])));
+  const listed = [...help.slice(help.indexOf('\nCommands:\n')).matchAll(/^ {2}([\w-]+)( \S)?/gm)].filter(
+    (m) => m[1] !== 'help',
+  );
+  return listed.flatMap(([, name, usage]) =>
+    usage ? [[...prefix, name].join(' ')] : commandsOfCli([...prefix, name!]),
+  );
 }
 
 interface Printed {
@@ -57,7 +75,11 @@ class Terminal {
   async block(commands: string[]): Promise<Printed[]> {
     const script = commands.map((c, i) => `{\n${c}\n} 2>&1; printf '\\n__done_${i}_%d__\\n' $?`).join('\n');
     const out = await new Promise<string>((resolve) => {
-      const child = spawn('bash', ['--noprofile', '--norc', '-c', script], { cwd: this.home, env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn('bash', ['--noprofile', '--norc', '-c', script], {
+        cwd: this.home,
+        env: this.env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let text = '';
       child.stdout.setEncoding('utf8').on('data', (d: string) => (text += d));
       child.stderr.setEncoding('utf8').on('data', (d: string) => (text += d));
@@ -78,8 +100,16 @@ class Terminal {
   }
 
   /** Starts a command that runs until stopped; resolves once `done(lines)` holds, then stops it. */
-  async untilPrinted(command: string, done: (lines: string[]) => Promise<boolean>): Promise<Printed & { failure: string | null }> {
-    const child = spawn('bash', ['--noprofile', '--norc', '-c', `{\n${command}\n} 2>&1`], { cwd: this.home, env: this.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  async untilPrinted(
+    command: string,
+    done: (lines: string[]) => Promise<boolean>,
+  ): Promise<Printed & { failure: string | null }> {
+    const child = spawn('bash', ['--noprofile', '--norc', '-c', `{\n${command}\n} 2>&1`], {
+      cwd: this.home,
+      env: this.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
     let text = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (text += d));
     const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
@@ -95,7 +125,11 @@ class Terminal {
     const exitedEarly = ended && !printed;
     if (!ended) process.kill(-child.pid!, 'SIGTERM');
     const exit = await exited;
-    const failure = printed ? null : exitedEarly ? `it exited (${exit}) before printing what the page shows` : `it did not print what the page shows within ${LONG_RUNNING_MS} ms`;
+    const failure = printed
+      ? null
+      : exitedEarly
+        ? `it exited (${exit}) before printing what the page shows`
+        : `it did not print what the page shows within ${LONG_RUNNING_MS} ms`;
     return { lines: this.shown(text), exit, failure };
   }
 }
@@ -127,7 +161,9 @@ class Cast {
         },
       ],
     });
-    await until('the question', async () => ((await this.ts.api('GET', '/questions/pending')).body.length === 1 ? true : undefined));
+    await until('the question', async () =>
+      (await this.ts.api('GET', '/questions/pending')).body.length === 1 ? true : undefined,
+    );
   }
 
   /**
@@ -160,18 +196,62 @@ class Cast {
     const [intro, outro] = writers as [string, string];
     await spawner.post(`/agents/${intro}/events`, {
       events: [
-        { event: 'turn.usage', message_id: 'm1', model: 'claude-test', stop_reason: 'tool_use', input_tokens: 1200, output_tokens: 300 },
+        {
+          event: 'turn.usage',
+          message_id: 'm1',
+          model: 'claude-test',
+          stop_reason: 'tool_use',
+          input_tokens: 1200,
+          output_tokens: 300,
+        },
         { event: 'tool_called', message_id: 'm1', tool_use_id: 't1', name: 'Write', input: {} },
-        { event: 'run.cost', total_cost_usd: 0.0123, duration_ms: 10, duration_api_ms: 5, num_turns: 1, usage: {}, model_usage: {} },
+        {
+          event: 'run.cost',
+          total_cost_usd: 0.0123,
+          duration_ms: 10,
+          duration_api_ms: 5,
+          num_turns: 1,
+          usage: {},
+          model_usage: {},
+        },
       ],
     });
     await spawner.post(`/agents/${outro}/events`, {
-      events: [{ event: 'agent_error', exception: 'NotLoggedIn', msg: 'Claude Code is not logged in ("Not logged in · Please run /login")', stderr: 'starting\nNot logged in · Please run /login', reason: 'not_logged_in' }],
+      events: [
+        {
+          event: 'agent_error',
+          exception: 'NotLoggedIn',
+          msg: 'Claude Code is not logged in ("Not logged in · Please run /login")',
+          stderr: 'starting\nNot logged in · Please run /login',
+          reason: 'not_logged_in',
+        },
+      ],
     });
-    const beat = await spawner.post('/heartbeat', { agents: [{ agent_id: intro, pid: 48211, session_id: 's-intro' }, { agent_id: outro, pid: 48230, session_id: 's-outro' }] });
+    const beat = await spawner.post('/heartbeat', {
+      agents: [
+        { agent_id: intro, pid: 48211, session_id: 's-intro' },
+        { agent_id: outro, pid: 48230, session_id: 's-outro' },
+      ],
+    });
     if (beat.status !== 200) throw new Error(`heartbeat: ${beat.status}`);
-    this.ask(root, { questions: [{ question: 'Which tone?', header: 'Tone', multiSelect: false, options: [{ label: 'Formal', description: '' }, { label: 'Casual', description: '' }] }] });
-    await until('the root question', async () => ((await this.ts.api('GET', '/questions/pending')).body as Array<{ task_id: string }>).find((q) => q.task_id === task.task_id));
+    this.ask(root, {
+      questions: [
+        {
+          question: 'Which tone?',
+          header: 'Tone',
+          multiSelect: false,
+          options: [
+            { label: 'Formal', description: '' },
+            { label: 'Casual', description: '' },
+          ],
+        },
+      ],
+    });
+    await until('the root question', async () =>
+      ((await this.ts.api('GET', '/questions/pending')).body as Array<{ task_id: string }>).find(
+        (q) => q.task_id === task.task_id,
+      ),
+    );
   }
 
   private ask(agent: TestAgent, args: Record<string, unknown>): void {
@@ -189,9 +269,12 @@ class Cast {
 function settled(ts: TestServer, command: DocCommand, bindings: Bindings) {
   const spawnerName = / beidou spawner .*--name (\S+)/.exec(` ${command.text}`)?.[1];
   return async (lines: string[]) => {
-    if (matchSample(command.expected, lines.slice(0, command.expected.length), new Map(bindings)) !== null) return false;
+    if (matchSample(command.expected, lines.slice(0, command.expected.length), new Map(bindings)) !== null)
+      return false;
     if (!spawnerName) return true;
-    const { spawners } = (await ts.api('GET', '/spawners')).body as { spawners: Array<{ name: string | null; connected: boolean }> };
+    const { spawners } = (await ts.api('GET', '/spawners')).body as {
+      spawners: Array<{ name: string | null; connected: boolean }>;
+    };
     return spawners.some((s) => s.name === spawnerName && s.connected);
   };
 }
@@ -221,7 +304,10 @@ describe('docs/cli.md', () => {
     chmodSync(path.join(bin, 'beidou'), 0o755);
     symlinkSync(CLAUDE, path.join(bin, 'claude'));
     // Nothing times out while the page runs: the tables it shows stay what they are.
-    ts = await startTestServer({ home: path.join(home, '.beidou'), env: { BEIDOU_SPAWNER_HEARTBEAT_S: '600', BEIDOU_IDLE_NUDGE_S: '3600', BEIDOU_REVIEW_PING_S: '3600' } });
+    ts = await startTestServer({
+      home: path.join(home, '.beidou'),
+      env: { BEIDOU_SPAWNER_HEARTBEAT_S: '600', BEIDOU_IDLE_NUDGE_S: '3600', BEIDOU_REVIEW_PING_S: '3600' },
+    });
     cast = new Cast(ts);
   });
 
@@ -233,7 +319,9 @@ describe('docs/cli.md', () => {
 
   it('has a checked example for every command of the CLI', () => {
     const commands = commandsOfCli();
-    expect(commands).toEqual(expect.arrayContaining(['serve', 'task start', 'task list', 'agent show', 'stats rebuild', 'relay', 'doctor']));
+    expect(commands).toEqual(
+      expect.arrayContaining(['serve', 'task start', 'task list', 'agent show', 'stats rebuild', 'relay', 'doctor']),
+    );
     const run = examples.flatMap((e) => e.commands.map((c) => c.text));
     const missing = commands.filter((c) => !run.some((t) => new RegExp(`(^|[\\s|;&(])beidou ${c}( |$)`, 'm').test(t)));
     expect(missing, 'commands without a <!-- checked --> example in docs/cli.md').toEqual([]);
@@ -243,11 +331,19 @@ describe('docs/cli.md', () => {
     const home = path.join(scratch, 'home');
     const env: NodeJS.ProcessEnv = {};
     for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('BEIDOU_')) env[k] = v;
-    Object.assign(env, { HOME: home, PATH: `${path.join(scratch, 'bin')}${path.delimiter}${process.env.PATH}`, BEIDOU_SERVER: ts.url, BEIDOU_LOG_LEVEL: 'warn' });
+    Object.assign(env, {
+      HOME: home,
+      PATH: `${path.join(scratch, 'bin')}${path.delimiter}${process.env.PATH}`,
+      BEIDOU_SERVER: ts.url,
+      BEIDOU_LOG_LEVEL: 'warn',
+    });
     const terminal = new Terminal(home, env);
     const bindings: Bindings = new Map();
     const outcomes: Outcome[] = [];
-    const scenes: Record<string, () => Promise<void>> = { 'a question waiting': () => cast.aQuestionWaiting(), 'a team at work': () => cast.aTeamAtWork() };
+    const scenes: Record<string, () => Promise<void>> = {
+      'a question waiting': () => cast.aQuestionWaiting(),
+      'a team at work': () => cast.aTeamAtWork(),
+    };
 
     const run = async (example: DocExample) => {
       if (example.scene) {
@@ -260,13 +356,24 @@ describe('docs/cli.md', () => {
         const [command] = example.commands as [DocCommand];
         const printed = await terminal.untilPrinted(texts[0]!, settled(ts, command, bindings));
         const head = printed.lines.slice(0, command.expected.length);
-        outcomes.push({ command, ran: texts[0]!, printed: printed.lines, exit: printed.exit, mismatch: printed.failure ?? matchSample(command.expected, head, bindings) });
+        outcomes.push({
+          command,
+          ran: texts[0]!,
+          printed: printed.lines,
+          exit: printed.exit,
+          mismatch: printed.failure ?? matchSample(command.expected, head, bindings),
+        });
         return;
       }
       const printed = await terminal.block(texts);
       example.commands.forEach((command, i) => {
         const p = printed[i] ?? { lines: [], exit: null };
-        const mismatch = p.exit === null ? 'the block stopped before it' : p.exit !== command.exit ? `exit ${p.exit}, the page says ${command.exit}` : matchSample(command.expected, p.lines, bindings);
+        const mismatch =
+          p.exit === null
+            ? 'the block stopped before it'
+            : p.exit !== command.exit
+              ? `exit ${p.exit}, the page says ${command.exit}`
+              : matchSample(command.expected, p.lines, bindings);
         outcomes.push({ command, ran: texts[i]!, printed: p.lines, exit: p.exit, mismatch });
       });
     };
@@ -274,7 +381,9 @@ describe('docs/cli.md', () => {
       await run(example);
       const failed = outcomes.find((o) => o.mismatch !== null);
       if (failed) {
-        expect.fail(`docs/cli.md line ${failed.command.line}: ${failed.command.text}\n${failed.mismatch}\n--- ran\n${failed.ran}\n--- printed (exit ${failed.exit})\n${failed.printed.join('\n')}\n--- the page shows\n${failed.command.expected.join('\n')}`);
+        expect.fail(
+          `docs/cli.md line ${failed.command.line}: ${failed.command.text}\n${failed.mismatch}\n--- ran\n${failed.ran}\n--- printed (exit ${failed.exit})\n${failed.printed.join('\n')}\n--- the page shows\n${failed.command.expected.join('\n')}`,
+        );
       }
     }
     expect(outcomes.length).toBeGreaterThanOrEqual(30);
@@ -282,7 +391,7 @@ describe('docs/cli.md', () => {
 });
 
 describe('checked examples (the mechanism)', () => {
-  it('reads commands, their # output, a sample block after, (exit N), and the marker\'s scene', () => {
+  it("reads commands, their # output, a sample block after, (exit N), and the marker's scene", () => {
     const md = [
       '<!-- checked: scene a team at work -->',
       '```sh',
@@ -313,15 +422,31 @@ describe('checked examples (the mechanism)', () => {
 
   it('binds ids and names on first sight and holds them to it; masks tokens, ports and times; ... stands for anything', () => {
     const b: Bindings = new Map();
-    expect(matchSample(['sent to root-4d2f (ag_ce30ef584d2f) at 09:12:45'], ['sent to root-77aa (ag_000000c077aa) at 21:03:07'], b)).toBeNull();
+    expect(
+      matchSample(
+        ['sent to root-4d2f (ag_ce30ef584d2f) at 09:12:45'],
+        ['sent to root-77aa (ag_000000c077aa) at 21:03:07'],
+        b,
+      ),
+    ).toBeNull();
     expect(b.get('ag_ce30ef584d2f')).toBe('ag_000000c077aa');
     expect(b.get('root-4d2f')).toBe('root-77aa');
-    expect(boundCommand('beidou agent show root-4d2f --task tsk_x', b)).toBe('beidou agent show root-77aa --task tsk_x');
-    expect(() => boundCommand('beidou agent show ag_5bdfea3fa011', b)).toThrow(/ag_5bdfea3fa011 is used before any output/);
+    expect(boundCommand('beidou agent show root-4d2f --task tsk_x', b)).toBe(
+      'beidou agent show root-77aa --task tsk_x',
+    );
+    expect(() => boundCommand('beidou agent show ag_5bdfea3fa011', b)).toThrow(
+      /ag_5bdfea3fa011 is used before any output/,
+    );
     // Once bound, another id is another agent.
     expect(matchSample(['ag_ce30ef584d2f'], ['ag_111111111111'], b)).toMatch(/printed instead/);
     expect(matchSample(['ag_5bdfea3fa011'], ['ag_000000c077aa'], b)).toMatch(/already stands for/);
-    expect(matchSample(['token: eyJhbGciOi...', 'url http://127.0.0.1:7777/mcp', '...', 'end'], ['token: eyJx.y.z', 'url http://127.0.0.1:41000/mcp', 'a', 'b', 'end'], b)).toBeNull();
+    expect(
+      matchSample(
+        ['token: eyJhbGciOi...', 'url http://127.0.0.1:7777/mcp', '...', 'end'],
+        ['token: eyJx.y.z', 'url http://127.0.0.1:41000/mcp', 'a', 'b', 'end'],
+        b,
+      ),
+    ).toBeNull();
     expect(matchSample(['{"seq":1,...}'], ['{"seq":2,"x":1}'], b)).toMatch(/sample line/);
     expect(matchSample(['one', 'two'], ['one'], b)).toMatch(/"two": nothing printed/);
     expect(matchSample(['one'], ['one', 'two'], b)).not.toBeNull();

@@ -21,7 +21,10 @@ function table(): Array<{ event: string; required: string[]; optional: string[] 
   const rows = [];
   for (const line of lines.slice(start + 2)) {
     if (!line.startsWith('|')) break;
-    const [event, required, optional] = line.split('|').slice(1).map((c) => c.trim());
+    const [event, required, optional] = line
+      .split('|')
+      .slice(1)
+      .map((c) => c.trim());
     rows.push({ event: event!.replace(/`/g, ''), required: names(required!), optional: names(optional!) });
   }
   return rows;
@@ -34,18 +37,25 @@ function catalogue(name: (typeof SPAWNER_EVENTS)[number]) {
   const optional: string[] = [];
   for (const [field, schema] of Object.entries(EVENT_FIELDS[name].shape)) {
     if (IDENTITY.has(field)) continue;
-    ((schema as { safeParse(v: unknown): { success: boolean } }).safeParse(undefined).success ? optional : required).push(field);
+    ((schema as { safeParse(v: unknown): { success: boolean } }).safeParse(undefined).success
+      ? optional
+      : required
+    ).push(field);
   }
   return { required, optional };
 }
 
 describe('docs/spawner-protocol.md lists the fields each posted event needs', () => {
-  it('one row per spawner event, with the catalogue\'s required and optional fields', () => {
+  it("one row per spawner event, with the catalogue's required and optional fields", () => {
     const rows = table();
     expect(rows.map((r) => r.event)).toEqual([...SPAWNER_EVENTS]);
     for (const name of SPAWNER_EVENTS) {
       const row = rows.find((r) => r.event === name)!;
-      expect({ event: name, ...catalogue(name) }).toEqual({ event: name, required: row.required, optional: row.optional });
+      expect({ event: name, ...catalogue(name) }).toEqual({
+        event: name,
+        required: row.required,
+        optional: row.optional,
+      });
     }
   });
 });

@@ -159,7 +159,9 @@ describe(`${DOC} tool table`, () => {
     ];
     const firstOff = listed.findIndex((n, i) => n !== catalogue[i]);
     if (problems.length === 0 && firstOff >= 0) {
-      problems.push(`${catalogue[firstOff]}: should be row ${firstOff + 1} (catalogue order, src/primitives/index.ts), but that row is ${listed[firstOff]}`);
+      problems.push(
+        `${catalogue[firstOff]}: should be row ${firstOff + 1} (catalogue order, src/primitives/index.ts), but that row is ${listed[firstOff]}`,
+      );
     }
     expect(problems, HINT).toEqual([]);
   });
@@ -168,7 +170,9 @@ describe(`${DOC} tool table`, () => {
     const problems = eachTool((p, row, out) => {
       const expected = p.allowedDuringReview === true ? 'open' : 'blocked';
       if (row.gate !== expected) {
-        out.push(`${p.name}: gate is "${row.gate}" but allowedDuringReview is ${String(p.allowedDuringReview ?? false)}, so it should be "${expected}"`);
+        out.push(
+          `${p.name}: gate is "${row.gate}" but allowedDuringReview is ${String(p.allowedDuringReview ?? false)}, so it should be "${expected}"`,
+        );
       }
     });
     expect(problems, HINT).toEqual([]);
@@ -183,10 +187,12 @@ describe(`${DOC} tool table`, () => {
       }
       const [input, output] = sides.map(words);
       for (const field of Object.keys(p.inputSchema.shape)) {
-        if (!input.has(field)) out.push(`${p.name}: input field "${field}" is not named before the → in its input → output cell`);
+        if (!input.has(field))
+          out.push(`${p.name}: input field "${field}" is not named before the → in its input → output cell`);
       }
       for (const field of Object.keys(p.outputSchema.shape)) {
-        if (!output.has(field)) out.push(`${p.name}: output field "${field}" is not named after the → in its input → output cell`);
+        if (!output.has(field))
+          out.push(`${p.name}: output field "${field}" is not named after the → in its input → output cell`);
       }
     });
     expect(problems, HINT).toEqual([]);
@@ -194,17 +200,23 @@ describe(`${DOC} tool table`, () => {
 
   it('lists only known error codes, including every code the tool description names', () => {
     // Guards the extraction itself: if it found nothing anywhere, the check below would pass vacuously.
-    expect(PRIMITIVES.some((p) => describedCodes(p.description).length > 0), 'no description names an error code after "Errors:"').toBe(true);
+    expect(
+      PRIMITIVES.some((p) => describedCodes(p.description).length > 0),
+      'no description names an error code after "Errors:"',
+    ).toBe(true);
     const problems = eachTool((p, row, out) => {
       const { codes, malformed } = listedCodes(row.errors);
       for (const item of malformed) {
-        out.push(`${p.name}: errors cell item "${item}" is not a backticked error code (annotations go in parentheses)`);
+        out.push(
+          `${p.name}: errors cell item "${item}" is not a backticked error code (annotations go in parentheses)`,
+        );
       }
       for (const code of codes) {
         if (!KNOWN_CODES.has(code)) out.push(`${p.name}: errors cell lists \`${code}\`, which is not in ERROR_CODES`);
       }
       for (const code of describedCodes(p.description)) {
-        if (!codes.includes(code)) out.push(`${p.name}: its description names error \`${code}\` but the errors cell does not list it`);
+        if (!codes.includes(code))
+          out.push(`${p.name}: its description names error \`${code}\` but the errors cell does not list it`);
       }
     });
     expect(problems, HINT).toEqual([]);

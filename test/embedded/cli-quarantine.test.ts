@@ -32,12 +32,16 @@ describe('a quarantined task from the CLI', { timeout: 60_000 }, () => {
     ts = await startTestServer();
     const home = ts.home;
     const task = await createTask(ts, { task: 'a seq written twice', name: 'doubled' });
-    for (const n of [1, 2]) expect((await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(200);
+    for (const n of [1, 2])
+      expect((await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(200);
     await ts.close();
     // Two writers on one home: the same seq twice.
     const file = path.join(home, 'events', `${task.task_id}.jsonl`);
     const lines = readFileSync(file, 'utf8').split('\n').filter(Boolean);
-    writeFileSync(file, [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n');
+    writeFileSync(
+      file,
+      [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n',
+    );
     ts = await startTestServer({ home });
     const cli = (...args: string[]) => beidou([...args, '--server', ts.url, '--home', home]);
 
@@ -61,7 +65,9 @@ describe('a quarantined task from the CLI', { timeout: 60_000 }, () => {
     expect(agent.code).toBe(0);
     expect(agent.stdout).toContain(`  inbox      2 undelivered;`);
     expect(terminate.code).toBe(1);
-    expect(terminate.stderr).toMatch(new RegExp(`^beidou: 409 task_quarantined: task ${task.task_id} is quarantined: `));
+    expect(terminate.stderr).toMatch(
+      new RegExp(`^beidou: 409 task_quarantined: task ${task.task_id} is quarantined: `),
+    );
     expect(message.code).toBe(1);
     expect(message.stderr).toMatch(/^beidou: 409 task_quarantined: /);
   });

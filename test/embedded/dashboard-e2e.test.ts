@@ -4,11 +4,32 @@ import path from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { launchChromium } from '../../src/testkit/chromium.js';
-import { attributeIs, buildDashboard, byId, CJK, countIs, fitsWidth, lineAfter, lineSeqs, signedIn, stillFocused, storedToken, textChanges } from '../support/dashboard-page.js';
+import {
+  attributeIs,
+  buildDashboard,
+  byId,
+  CJK,
+  countIs,
+  fitsWidth,
+  lineAfter,
+  lineSeqs,
+  signedIn,
+  stillFocused,
+  storedToken,
+  textChanges,
+} from '../support/dashboard-page.js';
 import { apiEvents, waitForEvent, type AnyEvent } from '../support/events.js';
 import { CLI, spawnSpawner, type SpawnerProcess } from '../support/process.js';
 import { until } from '../../src/testkit/poll.js';
-import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 // Embedded store only (vitest.config.ts): the quarantine case writes a seq twice into events/*.jsonl.
 
@@ -56,7 +77,12 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     mkdirSync(path.join(workdir, 'ticks'), { recursive: true });
     const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
     spawner = spawnSpawner(ts.url, token, SCRIPT, ['--workdir', workdir]);
-    task = (await ts.api('POST', '/tasks', { task: 'Write a short report on Polaris, the North Star.', name: 'polaris report' })).body;
+    task = (
+      await ts.api('POST', '/tasks', {
+        task: 'Write a short report on Polaris, the North Star.',
+        name: 'polaris report',
+      })
+    ).body;
   }, 60_000);
 
   afterAll(async () => {
@@ -106,10 +132,17 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
   const openTask = async (id = task.task_id) => {
     await signedIn(context, ts.adminToken);
     await page.goto(`${ts.url}/#/tasks/${id}`);
-    await byId(page, 'task-page').and(page.locator(`[data-task-id="${id}"]`)).waitFor();
+    await byId(page, 'task-page')
+      .and(page.locator(`[data-task-id="${id}"]`))
+      .waitFor();
   };
   const formatQuestion = () =>
-    waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked' && e.origin === 'ask_user' && e.holder === null, { what: "the root's Format question" });
+    waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'question_asked' && e.origin === 'ask_user' && e.holder === null,
+      { what: "the root's Format question" },
+    );
 
   // --- the tests, in the order of the run ----------------------------------------------
 
@@ -199,10 +232,20 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
 
     await byId(card, 'question-answer').click();
     await card.waitFor({ state: 'detached' });
-    const answered = await waitForEvent(ts, task.task_id, (e) => e.event === 'question_answered' && e.qid === asked.qid, { what: 'the answer' });
+    const answered = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'question_answered' && e.qid === asked.qid,
+      { what: 'the answer' },
+    );
     expect(answered).toMatchObject({ by: 'user', answers: [{ selected_labels: ['Custom'], text: FORMAT_TEXT }] });
     // The asker's blocked ask_user returned it: the root's next step quotes the answer.
-    const told = await waitForEvent(ts, task.task_id, (e) => e.event === 'send_message' && e.content.startsWith('The user chose'), { what: "the root's next step" });
+    const told = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'send_message' && e.content.startsWith('The user chose'),
+      { what: "the root's next step" },
+    );
     expect(told.content).toBe(`The user chose Format: Custom: ${FORMAT_TEXT}`);
     expect(told.caller_id).toBe(task.root_agent_id);
     await lineAfter(page, 0, 'The user chose');
@@ -215,7 +258,11 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const node = (id: string) => `[data-testid="plan-graph"] [data-testid="plan-node"][data-plan-task-id="${id}"]`;
     // The graph shows the plan's states as the API does: scout and helper spawned, writer waiting on both.
     for (const t of plan.tasks) await attributeIs(page, node(t.id), 'data-status', t.status);
-    expect(plan.tasks.map((t: { id: string; status: string }) => `${t.id}:${t.status}`)).toEqual(['scout:in_flight', 'helper:in_flight', 'writer:blocked']);
+    expect(plan.tasks.map((t: { id: string; status: string }) => `${t.id}:${t.status}`)).toEqual([
+      'scout:in_flight',
+      'helper:in_flight',
+      'writer:blocked',
+    ]);
     expect(await page.locator('[data-testid="plan-graph"] [data-testid="plan-edge"]').count()).toBe(2);
 
     const helper = await agentByRole('helper');
@@ -235,12 +282,32 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await byId(page, 'composer-send').click();
     await byId(dialog, 'confirm-ok').click();
     await byId(page, 'toast').filter({ hasText: helper.name }).waitFor();
-    const sent = await waitForEvent(ts, task.task_id, (e) => e.event === 'send_message' && e.caller_id === 'user' && e.to === helper.agent_id, { what: "the user's message to helper" });
+    const sent = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'send_message' && e.caller_id === 'user' && e.to === helper.agent_id,
+      { what: "the user's message to helper" },
+    );
     expect(sent.content).toBe('Please go ahead with the outline.');
-    await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input' && e.message_id === sent.message_id && e.caller_id === helper.agent_id, { what: 'its delivery' });
+    await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'agent_input' && e.message_id === sent.message_id && e.caller_id === helper.agent_id,
+      { what: 'its delivery' },
+    );
     // The helper's `wait` took it: it hands off, and the page shows the delivery.
-    await waitForEvent(ts, task.task_id, (e) => e.event === 'inbox.posted' && e.from === helper.agent_id && e.content.includes('[REVIEW REQUIRED] helper'), { what: "helper's hand-off" });
-    await page.locator(`[data-testid="event-line"][data-event="agent_input"]`).filter({ hasText: helper.name }).filter({ hasText: 'user' }).first().waitFor();
+    await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'inbox.posted' && e.from === helper.agent_id && e.content.includes('[REVIEW REQUIRED] helper'),
+      { what: "helper's hand-off" },
+    );
+    await page
+      .locator(`[data-testid="event-line"][data-event="agent_input"]`)
+      .filter({ hasText: helper.name })
+      .filter({ hasText: 'user' })
+      .first()
+      .waitFor();
 
     // Enter: Shift+Enter is a newline, Enter sends (after the confirmation).
     let seq = Math.max(...(await lineSeqs(page)));
@@ -257,10 +324,25 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await dialog.waitFor();
     expect(await byId(dialog, 'confirm-message').textContent()).toContain(scout.name);
     await byId(dialog, 'confirm-ok').click();
-    const wrap = await waitForEvent(ts, task.task_id, (e) => e.event === 'send_message' && e.caller_id === 'user' && e.to === scout.agent_id, { what: "the user's message to scout" });
+    const wrap = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'send_message' && e.caller_id === 'user' && e.to === scout.agent_id,
+      { what: "the user's message to scout" },
+    );
     expect(wrap.content).toBe('Thanks for the notes.\nPlease wrap up.');
-    await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input' && e.message_id === wrap.message_id && e.caller_id === scout.agent_id, { what: 'its delivery' });
-    await waitForEvent(ts, task.task_id, (e) => e.event === 'inbox.posted' && e.from === scout.agent_id && e.content.includes('[REVIEW REQUIRED] scout'), { what: "scout's hand-off" });
+    await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'agent_input' && e.message_id === wrap.message_id && e.caller_id === scout.agent_id,
+      { what: 'its delivery' },
+    );
+    await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'inbox.posted' && e.from === scout.agent_id && e.content.includes('[REVIEW REQUIRED] scout'),
+      { what: "scout's hand-off" },
+    );
 
     // The plan moves on in the same page: scout and helper approved, the writer spawned and approved.
     for (const id of ['scout', 'helper', 'writer']) await attributeIs(page, node(id), 'data-status', 'done');
@@ -269,7 +351,12 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
   });
 
   it("approves the root's review from the questions panel; the task ends done in the task list", async () => {
-    const review = await waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked' && e.origin === 'root_review', { what: "the root's review question" });
+    const review = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'question_asked' && e.origin === 'root_review',
+      { what: "the root's review question" },
+    );
     await openTask();
     const card = page.locator(`[data-testid="question-card"][data-qid="${review.qid}"]`);
     await card.waitFor();
@@ -328,7 +415,12 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     const now = await events();
     for (const seq of forScout) expect(mentions(now.at(seq)), `line ${seq}`).toBe(true);
     // Every event about scout, and only those.
-    expect(forScout).toEqual(now.all.filter(mentions).map((e) => e.seq).filter((seq) => seq <= forScout.at(-1)!));
+    expect(forScout).toEqual(
+      now.all
+        .filter(mentions)
+        .map((e) => e.seq)
+        .filter((seq) => seq <= forScout.at(-1)!),
+    );
     const helperHandOff = now.all.find((e) => e.event === 'inbox.posted' && e.from === helper.agent_id)!;
     expect(forScout).not.toContain(helperHandOff.seq);
 
@@ -338,18 +430,35 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     expect(writer.stats).toMatchObject({ input_tokens: 1200, output_tokens: 340, tool_calls: 1, cost_usd: 0.0123 });
     for (const a of done.agents) {
       const row = page.locator(`[data-testid="agent-stats-row"][data-agent-id="${a.agent_id}"]`);
-      const cells = await row.locator('[data-col]').evaluateAll((tds) => tds.map((td) => [td.getAttribute('data-col'), td.textContent]));
+      const cells = await row
+        .locator('[data-col]')
+        .evaluateAll((tds) => tds.map((td) => [td.getAttribute('data-col'), td.textContent]));
       const shown = Object.fromEntries(cells);
-      expect(shown, a.name).toMatchObject({ input_tokens: String(a.stats.input_tokens), output_tokens: String(a.stats.output_tokens), tool_calls: String(a.stats.tool_calls), messages_sent: String(a.messages_sent) });
+      expect(shown, a.name).toMatchObject({
+        input_tokens: String(a.stats.input_tokens),
+        output_tokens: String(a.stats.output_tokens),
+        tool_calls: String(a.stats.tool_calls),
+        messages_sent: String(a.messages_sent),
+      });
     }
-    expect(await page.locator(`[data-testid="task-row"][data-task-id="${task.task_id}"] [data-testid="task-cost"]`).textContent()).toBe('$0.0123');
+    expect(
+      await page
+        .locator(`[data-testid="task-row"][data-task-id="${task.task_id}"] [data-testid="task-cost"]`)
+        .textContent(),
+    ).toBe('$0.0123');
 
     // One click on a line: the whole event, as the log holds it.
-    const answered = all.find((e) => e.event === 'question_answered' && e.by === 'user' && e.asker === task.root_agent_id)!;
+    const answered = all.find(
+      (e) => e.event === 'question_answered' && e.by === 'user' && e.asker === task.root_agent_id,
+    )!;
     await byId(page, 'event-filter-agent').selectOption('');
     const line = page.locator(`[data-testid="event-line"][data-seq="${answered.seq}"]`);
     await line.click();
-    const json = page.locator(`[data-testid="event-line"][data-seq="${answered.seq}"] [data-testid="event-json"], [data-testid="event-line"][data-seq="${answered.seq}"] + [data-testid="event-json"]`).first();
+    const json = page
+      .locator(
+        `[data-testid="event-line"][data-seq="${answered.seq}"] [data-testid="event-json"], [data-testid="event-line"][data-seq="${answered.seq}"] + [data-testid="event-json"]`,
+      )
+      .first();
     await json.waitFor();
     expect(JSON.parse((await json.textContent()) ?? '')).toEqual(answered);
   });
@@ -361,7 +470,10 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await byId(row, 'task-agents').filter({ hasText: '1/1 live' }).waitFor();
 
     // Newest first: a task started now lands on top, while this one stays selected.
-    const third = await createTask(ts, { task: 'a third task, started while the second is open', name: 'side task three' });
+    const third = await createTask(ts, {
+      task: 'a third task, started while the second is open',
+      name: 'side task three',
+    });
     await page.locator(`[data-testid="task-row"][data-task-id="${third.task_id}"]`).waitFor();
     expect(await byId(page, 'task-row').first().getAttribute('data-task-id')).toBe(third.task_id);
     expect(await byId(page, 'task-page').getAttribute('data-task-id')).toBe(side.task_id);
@@ -370,7 +482,16 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     sideRoot = await connectAgent(ts.url, side.token);
     agents.push(sideRoot);
     const root = sideRoot;
-    expect((await root.call('declare_plan', { tasks: [{ id: 'w1', role: 'w1', skill: 'worker', task: 'wait' }, { id: 'w2', role: 'w2', skill: 'worker', task: 'wait' }] })).ok).toBe(true);
+    expect(
+      (
+        await root.call('declare_plan', {
+          tasks: [
+            { id: 'w1', role: 'w1', skill: 'worker', task: 'wait' },
+            { id: 'w2', role: 'w2', skill: 'worker', task: 'wait' },
+          ],
+        })
+      ).ok,
+    ).toBe(true);
     expect((await root.call('spawn_agent', { task_id: 'w1' })).ok).toBe(true);
     expect((await root.call('spawn_agent', { task_id: 'w2' })).ok).toBe(true);
     await byId(row, 'task-agents').filter({ hasText: '3/3 live' }).waitFor();
@@ -382,7 +503,11 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await stat('live_agents').filter({ hasText: '3 live' }).waitFor();
     expect(((await stat('agents').textContent()) ?? '').trim()).toMatch(/^3\b/);
     // Nesting follows leaders: the workers are inside the root's node.
-    expect(await page.locator(`[data-testid="agent-node"][data-agent-id="${side.root_agent_id}"] [data-testid="agent-node"]`).count()).toBe(2);
+    expect(
+      await page
+        .locator(`[data-testid="agent-node"][data-agent-id="${side.root_agent_id}"] [data-testid="agent-node"]`)
+        .count(),
+    ).toBe(2);
   });
 
   it('starts a task from the new-task form and opens its page', async () => {
@@ -401,19 +526,34 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await form.waitFor({ state: 'hidden' });
     await page.waitForURL(/#\/tasks\/tsk_/);
     const id = new URL(page.url()).hash.slice('#/tasks/'.length);
-    await byId(page, 'task-page').and(page.locator(`[data-task-id="${id}"]`)).waitFor();
+    await byId(page, 'task-page')
+      .and(page.locator(`[data-task-id="${id}"]`))
+      .waitFor();
     expect(await byId(page, 'task-title').textContent()).toBe('proofreading');
     const { body } = await ts.api('GET', `/tasks/${id}`);
-    expect(body.task).toMatchObject({ name: 'proofreading', text: 'Check the report for typos.', skill: 'worker', spawn: false, status: 'running' });
+    expect(body.task).toMatchObject({
+      name: 'proofreading',
+      text: 'Check the report for typos.',
+      skill: 'worker',
+      spawn: false,
+      status: 'running',
+    });
     expect(await byId(page, 'task-row').first().getAttribute('data-task-id')).toBe(id);
   });
 
   it('works in a narrow window: no sideways scrolling, and the questions panel and the composer still work', async () => {
     await page.setViewportSize({ width: 420, height: 900 });
     await openTask(side.task_id);
-    const asking = sideRoot.call('ask_user', { questions: [{ question: 'What should the workers do next?', header: 'Next', multiSelect: false, options: [] }] });
+    const asking = sideRoot.call('ask_user', {
+      questions: [{ question: 'What should the workers do next?', header: 'Next', multiSelect: false, options: [] }],
+    });
     asking.catch(() => undefined); // awaited below; a failure before that must not be an unhandled rejection
-    const asked = await waitForEvent(ts, side.task_id, (e) => e.event === 'question_asked' && e.questions[0]?.header === 'Next', { what: 'the Next question' });
+    const asked = await waitForEvent(
+      ts,
+      side.task_id,
+      (e) => e.event === 'question_asked' && e.questions[0]?.header === 'Next',
+      { what: 'the Next question' },
+    );
     const card = page.locator(`[data-testid="question-card"][data-qid="${asked.qid}"]`);
     await card.waitFor();
     const fits = () => fitsWidth(page);
@@ -440,8 +580,13 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     await byId(page, 'composer-text').press('Enter');
     await byId(page, 'confirm-ok').click();
     const inbox = await sideRoot.call('read_inbox', { wait_s: 10 });
-    expect(inbox.ok && inbox.value.messages.map((m: { from: string; content: string }) => [m.from, m.content])).toEqual([['user', 'Hello from a narrow window.']]);
-    await byId(page, 'task-stats').locator('[data-stat="messages"]').filter({ hasText: new RegExp(`^${messagesBefore + 1}\\b`) }).waitFor();
+    expect(inbox.ok && inbox.value.messages.map((m: { from: string; content: string }) => [m.from, m.content])).toEqual(
+      [['user', 'Hello from a narrow window.']],
+    );
+    await byId(page, 'task-stats')
+      .locator('[data-stat="messages"]')
+      .filter({ hasText: new RegExp(`^${messagesBefore + 1}\\b`) })
+      .waitFor();
     expect(await fits()).toBe(true);
 
     await page.goto(`${ts.url}/#/`);
@@ -451,9 +596,26 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
 
   it('declines a question and terminates a task, each after a confirmation', async () => {
     await openTask(side.task_id);
-    const asking = sideRoot.call('ask_user', { questions: [{ question: 'Should the workers stop?', header: 'Stop', multiSelect: false, options: [{ label: 'Yes', description: 'stop now' }, { label: 'No', description: 'carry on' }] }] });
+    const asking = sideRoot.call('ask_user', {
+      questions: [
+        {
+          question: 'Should the workers stop?',
+          header: 'Stop',
+          multiSelect: false,
+          options: [
+            { label: 'Yes', description: 'stop now' },
+            { label: 'No', description: 'carry on' },
+          ],
+        },
+      ],
+    });
     asking.catch(() => undefined); // awaited below; a failure before that must not be an unhandled rejection
-    const asked = await waitForEvent(ts, side.task_id, (e) => e.event === 'question_asked' && e.questions[0]?.header === 'Stop', { what: 'the Stop question' });
+    const asked = await waitForEvent(
+      ts,
+      side.task_id,
+      (e) => e.event === 'question_asked' && e.questions[0]?.header === 'Stop',
+      { what: 'the Stop question' },
+    );
     const card = page.locator(`[data-testid="question-card"][data-qid="${asked.qid}"]`);
     await card.waitFor();
     await byId(card, 'question-decline').click();
@@ -519,18 +681,46 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
     const failing = `echo "loading config" >&2; echo "no such model: claude-imaginary" >&2; exit 3`;
     const child = spawn(
       process.execPath,
-      [CLI, 'spawner', '--server', ts.url, '--token', token, '--adapter', 'command', '--command', failing, '--workdir', path.join(home, 'agents'), '--spool-dir', path.join(home, 'spool'), '--restart-backoff', '0.1,0.1,0.1'],
+      [
+        CLI,
+        'spawner',
+        '--server',
+        ts.url,
+        '--token',
+        token,
+        '--adapter',
+        'command',
+        '--command',
+        failing,
+        '--workdir',
+        path.join(home, 'agents'),
+        '--spool-dir',
+        path.join(home, 'spool'),
+        '--restart-backoff',
+        '0.1,0.1,0.1',
+      ],
       { env: { ...process.env, BEIDOU_LOG_LEVEL: 'silent' }, stdio: 'ignore' },
     );
     spawners.push({ child, exited: new Promise((resolve) => child.once('exit', resolve)), stderr: () => '' });
     const broken = await createTask(ts, { task: 'a root that cannot run', name: 'broken root', spawn: true });
-    await waitForEvent(ts, broken.task_id, (e) => e.event === 'agent_completed' && e.stop_reason === 'crash_escalated', { timeoutMs: 20_000, what: 'the crash escalation' });
+    await waitForEvent(
+      ts,
+      broken.task_id,
+      (e) => e.event === 'agent_completed' && e.stop_reason === 'crash_escalated',
+      { timeoutMs: 20_000, what: 'the crash escalation' },
+    );
     const { body: agent } = await ts.api('GET', `/agents/${broken.root_agent_id}`);
-    expect(agent).toMatchObject({ status: 'error', error: { reason: 'exit_nonzero', msg: 'exited with code 3: no such model: claude-imaginary' } });
+    expect(agent).toMatchObject({
+      status: 'error',
+      error: { reason: 'exit_nonzero', msg: 'exited with code 3: no such model: claude-imaginary' },
+    });
 
     // A task whose file will be damaged while the server is stopped.
     const damaged = await createTask(ts, { task: 'a task two writers wrote', name: 'damaged log' });
-    for (const n of [1, 2]) expect((await ts.api('POST', `/agents/${damaged.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(200);
+    for (const n of [1, 2])
+      expect((await ts.api('POST', `/agents/${damaged.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(
+        200,
+      );
 
     const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
     context.setDefaultTimeout(10_000);
@@ -541,7 +731,12 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
       page.on('pageerror', (err) => errors.push(String(err)));
       await page.goto(`${ts.url}/#/tasks/${broken.task_id}`);
       const node = page.locator(`[data-testid="agent-node"][data-agent-id="${broken.root_agent_id}"]`);
-      await attributeIs(page, `[data-testid="agent-node"][data-agent-id="${broken.root_agent_id}"]`, 'data-status', 'error');
+      await attributeIs(
+        page,
+        `[data-testid="agent-node"][data-agent-id="${broken.root_agent_id}"]`,
+        'data-status',
+        'error',
+      );
       const badge = byId(node, 'badge-error').first();
       const said = `${(await badge.textContent()) ?? ''} ${(await badge.getAttribute('title')) ?? ''}`;
       expect(said).toContain('exit_nonzero');
@@ -556,8 +751,13 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
       servers.splice(0);
       // Two writers on one home: the same seq twice (as test/embedded/log-integrity.test.ts does).
       const file = path.join(home, 'events', `${damaged.task_id}.jsonl`);
-      const lines = readFileSync(file, 'utf8').split('\n').filter((l) => l.length > 0);
-      writeFileSync(file, [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n');
+      const lines = readFileSync(file, 'utf8')
+        .split('\n')
+        .filter((l) => l.length > 0);
+      writeFileSync(
+        file,
+        [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n',
+      );
       // On a new port: a keep-alive socket to the old server must not carry the first request.
       ts = await startTestServer({ home });
       servers.push(ts);
@@ -572,10 +772,17 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
       const text = (await banner.textContent()) ?? '';
       expect(text).toContain(`${file}:${lines.length + 1}`);
       expect(text).toContain(listed.quarantine.reason);
-      await attributeIs(page, `[data-testid="task-row"][data-task-id="${damaged.task_id}"]`, 'data-status', 'quarantined');
+      await attributeIs(
+        page,
+        `[data-testid="task-row"][data-task-id="${damaged.task_id}"]`,
+        'data-status',
+        'quarantined',
+      );
       // A healthy task of the same home is not.
       await page.goto(`${ts.url}/#/tasks/${broken.task_id}`);
-      await byId(page, 'task-page').and(page.locator(`[data-task-id="${broken.task_id}"]`)).waitFor();
+      await byId(page, 'task-page')
+        .and(page.locator(`[data-task-id="${broken.task_id}"]`))
+        .waitFor();
       expect(await byId(page, 'quarantine-banner').count()).toBe(0);
     } finally {
       await context.close();

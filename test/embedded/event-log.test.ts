@@ -37,11 +37,19 @@ describe('JsonlEventLog', () => {
     const { log } = await reopen();
     const results = Array.from({ length: 50 }, (_, i) => log.append([draft(i % 2 ? 'tsk_odd' : 'tsk_even', i)]));
     await Promise.all(results.map((r) => r.durable));
-    expect(results.filter((_, i) => i % 2 === 0).map((r) => r.events[0]!.seq)).toEqual(Array.from({ length: 25 }, (_, i) => i + 1));
+    expect(results.filter((_, i) => i % 2 === 0).map((r) => r.events[0]!.seq)).toEqual(
+      Array.from({ length: 25 }, (_, i) => i + 1),
+    );
     expect(log.durableSeq('tsk_odd')).toBe(25);
     const lines = readFileSync(path.join(dir, 'tsk_even.jsonl'), 'utf8').trim().split('\n');
     expect(lines).toHaveLength(25);
-    expect(JSON.parse(lines[0]!)).toMatchObject({ seq: 1, ts: 1_800_000_000.5, event: 'send_message', task_id: 'tsk_even', content: 'message 0 ✓' });
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      seq: 1,
+      ts: 1_800_000_000.5,
+      event: 'send_message',
+      task_id: 'tsk_even',
+      content: 'message 0 ✓',
+    });
     // The envelope comes first on every line.
     expect(Object.keys(JSON.parse(lines[0]!)).slice(0, 4)).toEqual(['seq', 'ts', 'event', 'task_id']);
     await log.close();
@@ -58,7 +66,10 @@ describe('JsonlEventLog', () => {
     await first.log.close();
     const second = await reopen();
     expect(second.replayed.map((e) => e.seq)).toEqual(Array.from({ length: 10 }, (_, i) => i + 1));
-    expect(second.log.read('tsk_a', 0, 2).map((e) => (e as { content: string }).content)).toEqual(['message 0 ✓', 'message 1 ✓']);
+    expect(second.log.read('tsk_a', 0, 2).map((e) => (e as { content: string }).content)).toEqual([
+      'message 0 ✓',
+      'message 1 ✓',
+    ]);
     // Appends continue the sequence after a restart.
     const next = second.log.append([draft('tsk_a', 10)]);
     await next.durable;
@@ -85,11 +96,16 @@ describe('JsonlEventLog', () => {
     const good = await reopen();
     await good.log.append([draft('tsk_good', 0)]).durable;
     await good.log.close();
-    writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\nnot json\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n');
+    writeFileSync(
+      path.join(dir, 'tsk_c.jsonl'),
+      '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\nnot json\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n',
+    );
     let opened = new JsonlEventLog(dir, clock);
     let replayed: StoredEvent[] = [];
     let report = await opened.open((e) => replayed.push(e));
-    expect(report.quarantined).toEqual([{ taskId: 'tsk_c', file: path.join(dir, 'tsk_c.jsonl'), line: 2, reason: 'not valid JSON' }]);
+    expect(report.quarantined).toEqual([
+      { taskId: 'tsk_c', file: path.join(dir, 'tsk_c.jsonl'), line: 2, reason: 'not valid JSON' },
+    ]);
     expect(replayed.map((e) => `${e.task_id}:${e.seq}`)).toEqual(['tsk_c:1', 'tsk_good:1']);
     // The trusted prefix stays readable; nothing may be appended; the file is left for doctor.
     expect(opened.read('tsk_c', 0, 10).map((e) => e.seq)).toEqual([1]);
@@ -98,7 +114,10 @@ describe('JsonlEventLog', () => {
     await opened.close();
     expect(readFileSync(path.join(dir, 'tsk_c.jsonl'), 'utf8')).toContain('not json');
 
-    writeFileSync(path.join(dir, 'tsk_c.jsonl'), '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n');
+    writeFileSync(
+      path.join(dir, 'tsk_c.jsonl'),
+      '{"seq":1,"ts":1,"event":"x","task_id":"tsk_c"}\n{"seq":3,"ts":1,"event":"x","task_id":"tsk_c"}\n',
+    );
     opened = new JsonlEventLog(dir, clock);
     replayed = [];
     report = await opened.open((e) => replayed.push(e));
@@ -106,22 +125,25 @@ describe('JsonlEventLog', () => {
     await opened.close();
   });
 
-  it.runIf(existsSync('/dev/full'))('after a failed write acknowledges nothing more: the batch and every later append are refused', async () => {
-    dir = tempHome();
-    const { log } = await reopen();
-    // A task file that is /dev/full: every write fails with ENOSPC, as on a full disk.
-    // (Linked after the replay, which would read the device's endless zeros.)
-    symlinkSync('/dev/full', path.join(dir, 'tsk_full.jsonl'));
-    const ok = log.append([draft('tsk_ok', 0)]);
-    await ok.durable;
-    const failed = log.append([draft('tsk_full', 0)]);
-    const alongside = log.append([draft('tsk_ok', 1)]);
-    await expect(failed.durable).rejects.toThrow(/event log is unavailable/);
-    await expect(alongside.durable).rejects.toThrow(/event log is unavailable/);
-    expect(() => log.append([draft('tsk_ok', 2)])).toThrow(/event log is unavailable/);
-    await expect(log.flush()).rejects.toThrow(/event log is unavailable/);
-    expect(log.durableSeq('tsk_ok')).toBe(1);
-  });
+  it.runIf(existsSync('/dev/full'))(
+    'after a failed write acknowledges nothing more: the batch and every later append are refused',
+    async () => {
+      dir = tempHome();
+      const { log } = await reopen();
+      // A task file that is /dev/full: every write fails with ENOSPC, as on a full disk.
+      // (Linked after the replay, which would read the device's endless zeros.)
+      symlinkSync('/dev/full', path.join(dir, 'tsk_full.jsonl'));
+      const ok = log.append([draft('tsk_ok', 0)]);
+      await ok.durable;
+      const failed = log.append([draft('tsk_full', 0)]);
+      const alongside = log.append([draft('tsk_ok', 1)]);
+      await expect(failed.durable).rejects.toThrow(/event log is unavailable/);
+      await expect(alongside.durable).rejects.toThrow(/event log is unavailable/);
+      expect(() => log.append([draft('tsk_ok', 2)])).toThrow(/event log is unavailable/);
+      await expect(log.flush()).rejects.toThrow(/event log is unavailable/);
+      expect(log.durableSeq('tsk_ok')).toBe(1);
+    },
+  );
 
   it('calls subscribers with each durable batch', async () => {
     dir = tempHome();

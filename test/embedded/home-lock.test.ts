@@ -27,7 +27,10 @@ beforeAll(() => {
 
 /** A CLI command to its end (killed after 20 s: a `serve` that was not refused runs on). */
 function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...process.env, BEIDOU_LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -66,7 +69,10 @@ describe('one writer per home', { timeout: 60_000 }, () => {
     const token = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
     const res = await fetch(`${s.url}/api${route}`, {
       method,
-      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      headers: {
+        authorization: `Bearer ${token}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
     return { status: res.status, body: (await res.json()) as any };
@@ -101,10 +107,16 @@ describe('one writer per home', { timeout: 60_000 }, () => {
     let server = await serve();
     const damaged = (await api(server, 'POST', '/tasks', { task: 'to be damaged', spawn: false })).body;
     const intact = (await api(server, 'POST', '/tasks', { task: 'intact', spawn: false })).body;
-    for (const n of [1, 2]) expect((await api(server, 'POST', `/agents/${damaged.root_agent_id}/send`, { content: `m${n}` })).status).toBe(200);
+    for (const n of [1, 2])
+      expect((await api(server, 'POST', `/agents/${damaged.root_agent_id}/send`, { content: `m${n}` })).status).toBe(
+        200,
+      );
     await stop(server);
 
-    expect(await cli(['doctor', '--home', home])).toMatchObject({ code: 0, stdout: expect.stringContaining('no problems') });
+    expect(await cli(['doctor', '--home', home])).toMatchObject({
+      code: 0,
+      stdout: expect.stringContaining('no problems'),
+    });
 
     // The last message's line is garbage: the task is quarantined, the other one runs.
     const file = path.join(home, 'events', `${damaged.task_id}.jsonl`);
@@ -117,10 +129,16 @@ describe('one writer per home', { timeout: 60_000 }, () => {
 
     server = await serve();
     const listed = (await api(server, 'GET', '/tasks')).body.tasks as Array<Record<string, any>>;
-    expect(listed.find((t) => t.task_id === damaged.task_id)).toMatchObject({ status: 'quarantined', quarantine: { file, line: original.length } });
+    expect(listed.find((t) => t.task_id === damaged.task_id)).toMatchObject({
+      status: 'quarantined',
+      quarantine: { file, line: original.length },
+    });
     expect(listed.find((t) => t.task_id === intact.task_id)).toMatchObject({ status: 'running' });
 
-    for (const args of [['doctor', '--repair'], ['stats', 'rebuild']]) {
+    for (const args of [
+      ['doctor', '--repair'],
+      ['stats', 'rebuild'],
+    ]) {
       const refused = await cli([...args, '--home', home]);
       expect(refused.code, args.join(' ')).toBe(2);
       expect(refused.stderr).toContain(home);
@@ -145,7 +163,9 @@ describe('one writer per home', { timeout: 60_000 }, () => {
     expect(detail).not.toHaveProperty('quarantine');
     expect(detail.task.status).toBe('running');
     expect(detail.agents[0].inbox_depth).toBe(1);
-    expect((await api(server, 'POST', `/agents/${damaged.root_agent_id}/send`, { content: 'after repair' })).status).toBe(200);
+    expect(
+      (await api(server, 'POST', `/agents/${damaged.root_agent_id}/send`, { content: 'after repair' })).status,
+    ).toBe(200);
     await stop(server);
   });
 });

@@ -28,7 +28,10 @@ function capturingLogger() {
 }
 
 const fileOf = (home: string, taskId: string) => path.join(home, 'events', `${taskId}.jsonl`);
-const linesOf = (file: string) => readFileSync(file, 'utf8').split('\n').filter((l) => l.length > 0);
+const linesOf = (file: string) =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.length > 0);
 
 describe('log integrity', { timeout: 60_000 }, () => {
   const servers: TestServer[] = [];
@@ -75,7 +78,11 @@ describe('log integrity', { timeout: 60_000 }, () => {
       }
     };
     const post = async (route: string, body: string) => {
-      const r = await fetch(`${ts.url}/api/spawner${route}`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body });
+      const r = await fetch(`${ts.url}/api/spawner${route}`, {
+        method: 'POST',
+        headers: { ...headers, 'content-type': 'application/json' },
+        body,
+      });
       return { status: r.status, body: (await r.json()) as any };
     };
     return { next, post };
@@ -87,7 +94,10 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const s = await spawner(ts);
     const task = (await ts.api('POST', '/tasks', { task: 'batch' })).body;
     await s.next('launch');
-    expect((await s.post(`/agents/${task.root_agent_id}/started`, JSON.stringify({ session_id: 'sess-1', resumed: false }))).status).toBe(200);
+    expect(
+      (await s.post(`/agents/${task.root_agent_id}/started`, JSON.stringify({ session_id: 'sess-1', resumed: false })))
+        .status,
+    ).toBe(200);
     await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_started');
     const before = durableEvents(ts, task.task_id);
 
@@ -104,7 +114,9 @@ describe('log integrity', { timeout: 60_000 }, () => {
     expect((await s.post(`/agents/${task.root_agent_id}/events`, `{"events":[${text('three')}]}`)).status).toBe(200);
     const after = durableEvents(ts, task.task_id);
     expect(after.slice(0, before.length)).toEqual(before);
-    expect(after.slice(before.length)).toEqual([expect.objectContaining({ seq: before.length + 1, event: 'assistant_text', text: 'three' })]);
+    expect(after.slice(before.length)).toEqual([
+      expect.objectContaining({ seq: before.length + 1, event: 'assistant_text', text: 'three' }),
+    ]);
     const detail = (await ts.api('GET', `/tasks/${task.task_id}`)).body;
     expect(linesOf(fileOf(home, task.task_id))).toHaveLength(after.length);
 
@@ -131,7 +143,9 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const beforeSeq = durableEvents(ts, task.task_id).length;
 
     // Approve: the answer and its cascade (root terminated, task done) are one commit.
-    expect(await ts.api('POST', `/questions/${review.qid}/answer`, { answers: [{ selected_labels: ['Approve'] }] })).toMatchObject({ status: 200 });
+    expect(
+      await ts.api('POST', `/questions/${review.qid}/answer`, { answers: [{ selected_labels: ['Approve'] }] }),
+    ).toMatchObject({ status: 200 });
     const commit = durableEvents(ts, task.task_id).slice(beforeSeq);
     expect(commit.length).toBeGreaterThanOrEqual(3);
     expect((await ts.api('GET', `/tasks/${task.task_id}`)).body.task.status).toBe('done');
@@ -141,7 +155,11 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const file = fileOf(home, task.task_id);
     const lines = linesOf(file);
     expect(lines).toHaveLength(beforeSeq + commit.length);
-    expect(JSON.parse(lines[beforeSeq]!)).toMatchObject({ seq: beforeSeq + 1, commit: beforeSeq + 1, of: commit.length });
+    expect(JSON.parse(lines[beforeSeq]!)).toMatchObject({
+      seq: beforeSeq + 1,
+      commit: beforeSeq + 1,
+      of: commit.length,
+    });
     writeFileSync(file, lines.slice(0, beforeSeq + 1).join('\n') + '\n');
 
     const { logger, lines: logLines } = capturingLogger();
@@ -157,8 +175,12 @@ describe('log integrity', { timeout: 60_000 }, () => {
     expect(String(warning!.msg)).toContain(file);
 
     // The task goes on from there: the question can be answered again, and new lines follow.
-    expect(await ts.api('POST', `/questions/${review.qid}/answer`, { answers: [{ selected_labels: ['Approve'] }] })).toMatchObject({ status: 200 });
-    expect(durableEvents(ts, task.task_id).map((e) => e.seq)).toEqual(Array.from({ length: beforeSeq + commit.length }, (_, i) => i + 1));
+    expect(
+      await ts.api('POST', `/questions/${review.qid}/answer`, { answers: [{ selected_labels: ['Approve'] }] }),
+    ).toMatchObject({ status: 200 });
+    expect(durableEvents(ts, task.task_id).map((e) => e.seq)).toEqual(
+      Array.from({ length: beforeSeq + commit.length }, (_, i) => i + 1),
+    );
   });
 
   it('quarantines a task whose log fails verification and runs every other task', async () => {
@@ -168,7 +190,8 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const doubled = await createTask(ts, { task: 'a seq written twice' });
     const healthy = await createTask(ts, { task: 'untouched' });
     for (const t of [corrupt, doubled, healthy]) {
-      for (const n of [1, 2]) expect((await ts.api('POST', `/agents/${t.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(200);
+      for (const n of [1, 2])
+        expect((await ts.api('POST', `/agents/${t.root_agent_id}/send`, { content: `hello ${n}` })).status).toBe(200);
     }
     await stop(ts);
 
@@ -179,7 +202,10 @@ describe('log integrity', { timeout: 60_000 }, () => {
     // Two writers on one home: the same seq twice.
     const twiceFile = fileOf(home, doubled.task_id);
     const twice = linesOf(twiceFile);
-    writeFileSync(twiceFile, [...twice, twice.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n');
+    writeFileSync(
+      twiceFile,
+      [...twice, twice.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n',
+    );
     // A folder by a task file's name cannot be read as a log: that one task is quarantined.
     const folder = path.join(home, 'events', 'tsk_folder.jsonl');
     mkdirSync(folder);
@@ -188,19 +214,32 @@ describe('log integrity', { timeout: 60_000 }, () => {
     ts = await start(logger);
     const listed = (await ts.api('GET', '/tasks')).body.tasks as Array<Record<string, any>>;
     const byId = new Map(listed.map((t) => [t.task_id, t]));
-    expect(byId.get(corrupt.task_id)).toMatchObject({ status: 'quarantined', quarantine: { file: badFile, line: 2, reason: 'not valid JSON' } });
+    expect(byId.get(corrupt.task_id)).toMatchObject({
+      status: 'quarantined',
+      quarantine: { file: badFile, line: 2, reason: 'not valid JSON' },
+    });
     expect(byId.get(doubled.task_id)).toMatchObject({
       status: 'quarantined',
       text: 'a seq written twice',
-      quarantine: { file: twiceFile, line: twice.length + 1, reason: `seq ${twice.length}, expected ${twice.length + 1}` },
+      quarantine: {
+        file: twiceFile,
+        line: twice.length + 1,
+        reason: `seq ${twice.length}, expected ${twice.length + 1}`,
+      },
     });
-    expect(byId.get('tsk_folder')).toMatchObject({ status: 'quarantined', quarantine: { file: folder, line: 0, reason: 'not a regular file' } });
+    expect(byId.get('tsk_folder')).toMatchObject({
+      status: 'quarantined',
+      quarantine: { file: folder, line: 0, reason: 'not a regular file' },
+    });
     expect(byId.get(healthy.task_id)).toMatchObject({ status: 'running' });
     expect(byId.get(healthy.task_id)).not.toHaveProperty('quarantine');
 
     // The detail shows what the events before the fault made of it.
     const detail = (await ts.api('GET', `/tasks/${doubled.task_id}`)).body;
-    expect(detail).toMatchObject({ task: { status: 'quarantined' }, quarantine: { file: twiceFile, line: twice.length + 1 } });
+    expect(detail).toMatchObject({
+      task: { status: 'quarantined' },
+      quarantine: { file: twiceFile, line: twice.length + 1 },
+    });
     expect(detail.agents.map((a: { agent_id: string }) => a.agent_id)).toEqual([doubled.root_agent_id]);
     expect(detail.agents[0].inbox_depth).toBe(2);
     expect(logLines.some((l) => l.level === 50 && l.task_id === corrupt.task_id && l.line === 2)).toBe(true);
@@ -209,15 +248,33 @@ describe('log integrity', { timeout: 60_000 }, () => {
     for (const t of [corrupt, doubled]) {
       const res = await fetch(`${ts.url}/mcp`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${t.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } } }),
+        headers: {
+          authorization: `Bearer ${t.token}`,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'initialize',
+          params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+        }),
       });
       expect(res.status).toBe(401);
       expect(await res.json()).toMatchObject({ error: 'task_quarantined' });
     }
-    expect(await ts.api('POST', `/tasks/${doubled.task_id}/terminate`, {})).toMatchObject({ status: 409, body: { error: 'task_quarantined' } });
-    expect(await ts.api('POST', `/agents/${doubled.root_agent_id}/send`, { content: 'x' })).toMatchObject({ status: 409, body: { error: 'task_quarantined' } });
-    expect(await ts.api('POST', `/agents/${doubled.root_agent_id}/token`, {})).toMatchObject({ status: 409, body: { error: 'task_quarantined' } });
+    expect(await ts.api('POST', `/tasks/${doubled.task_id}/terminate`, {})).toMatchObject({
+      status: 409,
+      body: { error: 'task_quarantined' },
+    });
+    expect(await ts.api('POST', `/agents/${doubled.root_agent_id}/send`, { content: 'x' })).toMatchObject({
+      status: 409,
+      body: { error: 'task_quarantined' },
+    });
+    expect(await ts.api('POST', `/agents/${doubled.root_agent_id}/token`, {})).toMatchObject({
+      status: 409,
+      body: { error: 'task_quarantined' },
+    });
     expect(linesOf(twiceFile)).toHaveLength(twice.length + 1);
 
     // Every other task runs.

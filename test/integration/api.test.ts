@@ -13,7 +13,11 @@ describe('admin API', () => {
   it('answers malformed JSON 400, unknown fields 400 naming them, oversize bodies 413, unknown routes 404 — and changes nothing', async () => {
     ts = await startTestServer();
     const post = (body: string, type = 'application/json') =>
-      fetch(`${ts.url}/api/tasks`, { method: 'POST', headers: { authorization: `Bearer ${ts.adminToken}`, 'content-type': type }, body });
+      fetch(`${ts.url}/api/tasks`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ts.adminToken}`, 'content-type': type },
+        body,
+      });
     const malformed = await post('{"task": "x"');
     expect(malformed.status).toBe(400);
     expect(await malformed.json()).toMatchObject({ error: 'invalid_json' });
@@ -53,7 +57,12 @@ describe('admin API', () => {
     expect(end).toEqual({ events: [], cursor: 7 });
     expect((await ts.api('GET', `/tasks/${second.task_id}/events?since=-1`)).status).toBe(400);
     const agent = (await ts.api('GET', `/agents/${second.root_agent_id}`)).body;
-    expect(agent).toMatchObject({ agent_id: second.root_agent_id, inbox_depth: 5, status: 'active', leader_id: 'user' });
+    expect(agent).toMatchObject({
+      agent_id: second.root_agent_id,
+      inbox_depth: 5,
+      status: 'active',
+      leader_id: 'user',
+    });
   });
 
   /** Reads SSE events from the stream until `count` arrived, then closes it. */

@@ -2,7 +2,15 @@ import { appendFileSync, readFileSync, rmSync, statSync, writeFileSync } from 'n
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { beidou, buildCli } from '../support/cli.js';
-import { connectAgent, createTask, FakeClock, removeHome, startTestServer, tempHome, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  FakeClock,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestServer,
+} from '../support/server.js';
 import { STORE, storeEnv, withDatabase } from '../support/store.js';
 
 /**
@@ -52,7 +60,10 @@ async function reads(ts: TestServer, taskId: string, rootId: string) {
 /** The first `n` events of a task's SSE stream, then the stream is left. */
 async function streamed(ts: TestServer, taskId: string, n: number): Promise<number[]> {
   const abort = new AbortController();
-  const res = await fetch(`${ts.url}/api/tasks/${taskId}/events/stream`, { headers: { authorization: `Bearer ${ts.adminToken}` }, signal: abort.signal });
+  const res = await fetch(`${ts.url}/api/tasks/${taskId}/events/stream`, {
+    headers: { authorization: `Bearer ${ts.adminToken}` },
+    signal: abort.signal,
+  });
   expect(res.status).toBe(200);
   const reader = res.body!.getReader();
   const seqs: number[] = [];
@@ -82,7 +93,9 @@ async function damageMiddle(home: string, taskId: string): Promise<void> {
     writeFileSync(file, lines.join('\n'));
     return;
   }
-  await withDatabase(home, (c) => c.query(`UPDATE events SET body = '{"not":"an event"}' WHERE task_id = $1 AND seq = 2`, [taskId]));
+  await withDatabase(home, (c) =>
+    c.query(`UPDATE events SET body = '{"not":"an event"}' WHERE task_id = $1 AND seq = 2`, [taskId]),
+  );
 }
 
 /** One more event at the end of a task's stored history, behind the server's back. */
@@ -90,7 +103,15 @@ async function growHistory(home: string, taskId: string, seq: number, ts: number
   // Longer than the tail a start reads of a file: its last line's seq is found all the same.
   const line = JSON.stringify({ seq, ts, event: 'liveness_check', task_id: taskId, note: 'x'.repeat(20_000) });
   if (STORE === 'embedded') return appendFileSync(path.join(home, 'events', `${taskId}.jsonl`), `${line}\n`);
-  await withDatabase(home, (c) => c.query('INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, $3, $4, $5)', [taskId, seq, ts, 'liveness_check', line]));
+  await withDatabase(home, (c) =>
+    c.query('INSERT INTO events (task_id, seq, ts, event, body) VALUES ($1, $2, $3, $4, $5)', [
+      taskId,
+      seq,
+      ts,
+      'liveness_check',
+      line,
+    ]),
+  );
 }
 
 /** The archive index gone: stats.db deleted (embedded), the table emptied (PostgreSQL). */
@@ -113,7 +134,11 @@ describe('history leaves memory', () => {
   });
 
   const start = async (clock: FakeClock, env: Record<string, string> = {}) =>
-    (ts = await startTestServer({ home, clock, env: { BEIDOU_ARCHIVE_AFTER_S: String(AFTER_S), BEIDOU_WATCHDOG_S: '3600', ...env } }));
+    (ts = await startTestServer({
+      home,
+      clock,
+      env: { BEIDOU_ARCHIVE_AFTER_S: String(AFTER_S), BEIDOU_WATCHDOG_S: '3600', ...env },
+    }));
 
   it('unloads an ended task at the exact second, and answers every read of it as before', async () => {
     home = tempHome();
@@ -180,7 +205,10 @@ describe('history leaves memory', () => {
     server = await start(pastClock());
     expect(server.server.startup).toEqual({ replayed_events: liveEvents, archived_tasks: 1, warm: null });
     // Its root's token is refused as before: its agents are found in the index's records, read at this first lookup.
-    expect(await server.api('GET', '/tasks', undefined, ended.token)).toMatchObject({ status: 401, body: refused.body });
+    expect(await server.api('GET', '/tasks', undefined, ended.token)).toMatchObject({
+      status: 401,
+      body: refused.body,
+    });
     expect((await server.api('GET', '/tasks')).body.tasks).toEqual(listed);
     expect(server.server.services.registry.quarantined.size).toBe(0);
   });
@@ -197,12 +225,16 @@ describe('history leaves memory', () => {
     await server.close();
 
     await growHistory(home, ended.taskId, events.length + 1, clock.now());
-    if (STORE === 'embedded') expect(statSync(path.join(home, 'events', `${ended.taskId}.jsonl`)).size).toBeGreaterThan(sizeBefore);
+    if (STORE === 'embedded')
+      expect(statSync(path.join(home, 'events', `${ended.taskId}.jsonl`)).size).toBeGreaterThan(sizeBefore);
     const clock2 = pastClock();
     server = await start(clock2);
     expect(server.server.startup).toEqual({ replayed_events: events.length + 1, archived_tasks: 0, warm: null });
     const after = (await server.api('GET', `/tasks/${ended.taskId}/events`)).body.events;
-    expect(after.map((e: { seq: number }) => e.seq)).toEqual([...events.map((e: { seq: number }) => e.seq), events.length + 1]);
+    expect(after.map((e: { seq: number }) => e.seq)).toEqual([
+      ...events.map((e: { seq: number }) => e.seq),
+      events.length + 1,
+    ]);
 
     // Archived again with its new mark: the next start trusts it.
     clock2.advance(2 * AFTER_S);
@@ -246,7 +278,16 @@ describe('history leaves memory', () => {
     const { task_id, root_agent_id } = await createTask(server);
     const { registry } = server.server.services;
     // The root is a spawner's (no spawner runs here, so its ack is the test's to give).
-    await registry.commit([{ event: 'launch.assigned', task_id, agent_id: root_agent_id, spawner_id: 'sp_test', resume: false, session_id: null }]);
+    await registry.commit([
+      {
+        event: 'launch.assigned',
+        task_id,
+        agent_id: root_agent_id,
+        spawner_id: 'sp_test',
+        resume: false,
+        session_id: null,
+      },
+    ]);
     expect((await server.api('POST', `/tasks/${task_id}/terminate`, {})).status).toBe(200);
     expect(registry.task(task_id)!.status).toBe('terminated');
     expect(registry.agent(root_agent_id)!.terminate_consumed).toBe(false);

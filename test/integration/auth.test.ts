@@ -7,7 +7,14 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { PRIMITIVES } from '../../src/primitives/index.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 /**
  * docs/api.md (Authentication, Errors): who may call what. Every refusal is 401 with a JSON `{error, message}`
@@ -31,15 +38,33 @@ interface Claims {
 
 /** Mints a JWT the way a forger (or the server) would, with every claim explicit. */
 async function mint(claims: Claims, secret = SECRET): Promise<string> {
-  const full = { kind: 'agent', iss: 'beidou', aud: 'beidou', iat: now(), exp: now() + 3600, jti: randomUUID(), ...claims };
-  return new SignJWT(full as unknown as Record<string, unknown>).setProtectedHeader({ alg: 'HS256', typ: 'JWT' }).sign(key(secret));
+  const full = {
+    kind: 'agent',
+    iss: 'beidou',
+    aud: 'beidou',
+    iat: now(),
+    exp: now() + 3600,
+    jti: randomUUID(),
+    ...claims,
+  };
+  return new SignJWT(full as unknown as Record<string, unknown>)
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .sign(key(secret));
 }
 
 const b64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
 
 /** An unsigned token: header {"alg":"none"}, a valid-looking payload, an empty signature. */
 function algNoneToken(claims: Claims): string {
-  const payload = { kind: 'agent', iss: 'beidou', aud: 'beidou', iat: now(), exp: now() + 3600, jti: randomUUID(), ...claims };
+  const payload = {
+    kind: 'agent',
+    iss: 'beidou',
+    aud: 'beidou',
+    iat: now(),
+    exp: now() + 3600,
+    jti: randomUUID(),
+    ...claims,
+  };
   return `${b64url({ alg: 'none', typ: 'JWT' })}.${b64url(payload)}.`;
 }
 
@@ -58,7 +83,8 @@ async function post(url: string, body: unknown, headers: Record<string, string> 
   });
 }
 
-const bearer = (token: string | undefined): Record<string, string> => (token === undefined ? {} : { authorization: `Bearer ${token}` });
+const bearer = (token: string | undefined): Record<string, string> =>
+  token === undefined ? {} : { authorization: `Bearer ${token}` };
 
 /** An initialize request to /mcp, as an MCP client's first request. */
 const mcpInit = (ts: TestServer, token?: string) => post(`${ts.url}/mcp`, INITIALIZE, bearer(token));
@@ -123,12 +149,18 @@ describe('authentication (docs/api.md)', () => {
     await expect401(await apiTasks(ts), 'missing_token');
     await expect401(await post(`${ts.url}/api/tasks`, { task: 'x', spawn: false }), 'missing_token');
     // A non-Bearer scheme carrying the right secret is no token at all.
-    await expect401(await fetch(`${ts.url}/api/tasks`, { headers: { authorization: `Basic ${ts.adminToken}` } }), 'missing_token');
+    await expect401(
+      await fetch(`${ts.url}/api/tasks`, { headers: { authorization: `Basic ${ts.adminToken}` } }),
+      'missing_token',
+    );
   });
 
   it('refuses a token signed with another secret', async () => {
     const task = await createTask(ts);
-    const forged = await mint({ sub: task.root_agent_id, task_id: task.task_id }, 'another-secret-that-is-long-enough-0123456789abc');
+    const forged = await mint(
+      { sub: task.root_agent_id, task_id: task.task_id },
+      'another-secret-that-is-long-enough-0123456789abc',
+    );
     await expect401(await mcpInit(ts, forged), 'invalid_token');
     await expect401(await apiTasks(ts, forged), 'invalid_token');
   });
@@ -163,10 +195,16 @@ describe('authentication (docs/api.md)', () => {
     expect(minted.status).toBe(200);
     const spawner = minted.body.token as string;
     await expect401(await mcpInit(ts, spawner), 'wrong_token_kind');
-    await expect401(await fetch(`${ts.url}/sse`, { headers: { ...bearer(spawner), accept: 'text/event-stream' } }), 'wrong_token_kind');
+    await expect401(
+      await fetch(`${ts.url}/sse`, { headers: { ...bearer(spawner), accept: 'text/event-stream' } }),
+      'wrong_token_kind',
+    );
     await expect401(await apiTasks(ts, spawner), 'wrong_token_kind');
     await expect401(await apiTasks(ts, task.token), 'wrong_token_kind');
-    await expect401(await post(`${ts.url}/api/agents/${task.root_agent_id}/token`, {}, bearer(task.token)), 'wrong_token_kind');
+    await expect401(
+      await post(`${ts.url}/api/agents/${task.root_agent_id}/token`, {}, bearer(task.token)),
+      'wrong_token_kind',
+    );
     // A kind the server does not know at all.
     const odd = await mint({ sub: task.root_agent_id, task_id: task.task_id, kind: 'admin' });
     await expect401(await mcpInit(ts, odd), 'invalid_claims');
@@ -201,9 +239,15 @@ describe('authentication (docs/api.md)', () => {
       { ...bearer(task.token), 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-06-18' },
     );
     await expect401(onSession, 'agent_terminated');
-    await expect401(await fetch(`${ts.url}/sse`, { headers: { ...bearer(task.token), accept: 'text/event-stream' } }), 'agent_terminated');
+    await expect401(
+      await fetch(`${ts.url}/sse`, { headers: { ...bearer(task.token), accept: 'text/event-stream' } }),
+      'agent_terminated',
+    );
     // And no fresh token can be had for it.
-    expect(await ts.api('POST', `/agents/${task.root_agent_id}/token`, {})).toMatchObject({ status: 409, body: { error: 'agent_terminated' } });
+    expect(await ts.api('POST', `/agents/${task.root_agent_id}/token`, {})).toMatchObject({
+      status: 409,
+      body: { error: 'agent_terminated' },
+    });
   });
 
   it('compares the admin token exactly: near misses are refused', async () => {
@@ -225,7 +269,7 @@ describe('authentication (docs/api.md)', () => {
     expect((await apiTasks(ts, admin)).status).toBe(200);
   });
 
-  it('refuses an MCP session id presented with another agent\'s token (403), leaving the session to its owner', async () => {
+  it("refuses an MCP session id presented with another agent's token (403), leaving the session to its owner", async () => {
     const a = await createTask(ts);
     const b = await createTask(ts);
     const agentA = await connectAgent(ts.url, a.token);
@@ -259,7 +303,10 @@ describe('authentication (docs/api.md)', () => {
       roles: [{ role: 'worker', skill: 'worker', description: 'does it' }],
       leader_id: 'ag_someone_else',
     });
-    expect(res).toMatchObject({ ok: false, error: { error: 'leader_override_attempted', message: expect.any(String) } });
+    expect(res).toMatchObject({
+      ok: false,
+      error: { error: 'leader_override_attempted', message: expect.any(String) },
+    });
     expect(res.raw.isError).toBe(true);
     const detail = await ts.api('GET', `/tasks/${task.task_id}`);
     expect(detail.status).toBe(200);
@@ -267,7 +314,7 @@ describe('authentication (docs/api.md)', () => {
     expect(detail.body.agents).toHaveLength(1);
   });
 
-  it('serves the same tools over the legacy HTTP+SSE transport, bound to the token\'s agent', async () => {
+  it("serves the same tools over the legacy HTTP+SSE transport, bound to the token's agent", async () => {
     const task = await createTask(ts);
     const authorization = `Bearer ${task.token}`;
     let streamOpenedWithAuth = false;
@@ -305,10 +352,18 @@ describe('authentication (docs/api.md)', () => {
       expect(postedTo?.pathname).toBe('/messages');
       const sessionId = postedTo!.searchParams.get('sessionId')!;
       expect(sessionId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
-      const hijack = await post(`${ts.url}/messages?sessionId=${encodeURIComponent(sessionId)}`, { jsonrpc: '2.0', id: 9, method: 'tools/list', params: {} }, bearer(other.token));
+      const hijack = await post(
+        `${ts.url}/messages?sessionId=${encodeURIComponent(sessionId)}`,
+        { jsonrpc: '2.0', id: 9, method: 'tools/list', params: {} },
+        bearer(other.token),
+      );
       expect(hijack.status).toBe(403);
       await hijack.body?.cancel();
-      const unknown = await post(`${ts.url}/messages?sessionId=nope`, { jsonrpc: '2.0', id: 9, method: 'tools/list', params: {} }, bearer(task.token));
+      const unknown = await post(
+        `${ts.url}/messages?sessionId=nope`,
+        { jsonrpc: '2.0', id: 9, method: 'tools/list', params: {} },
+        bearer(task.token),
+      );
       expect(unknown.status).toBe(404);
       await unknown.body?.cancel();
     } finally {

@@ -6,7 +6,15 @@ import { clock, dateTime } from '../../src/cli/table.js';
 import { beidou, buildCli, CliChild, closedPort } from '../support/cli.js';
 import { until } from '../../src/testkit/poll.js';
 import { handSpawner } from '../support/spawner-stream.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+  type ToolOutcome,
+} from '../support/server.js';
 
 /**
  * The commands a person runs a team with: `task list|show|terminate`, `agent show`,
@@ -27,7 +35,12 @@ function row(stdout: string, first: string): string[] {
   return cells(line.replace(/^[\s│├└─]+/, ''));
 }
 
-const WRITER_ERROR = { exception: 'NotLoggedIn', msg: 'Claude Code is not logged in ("Not logged in · Please run /login")', stderr: 'starting\nNot logged in · Please run /login', reason: 'not_logged_in' };
+const WRITER_ERROR = {
+  exception: 'NotLoggedIn',
+  msg: 'Claude Code is not logged in ("Not logged in · Please run /login")',
+  stderr: 'starting\nNot logged in · Please run /login',
+  reason: 'not_logged_in',
+};
 
 describe('operating a team from the CLI', { timeout: 60_000 }, () => {
   let ts: TestServer;
@@ -61,19 +74,39 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
       const launch = await spawner.next('launch', spawned.ok ? spawned.value.agent_id : '');
       const view = (await ts.api('GET', `/agents/${launch.agent_id}`)).body;
       writers.push({ agent_id: launch.agent_id, name: view.name, plan: id });
-      expect((await spawner.post(`/agents/${launch.agent_id}/started`, { session_id: `s-${id}`, resumed: false })).status).toBe(200);
+      expect(
+        (await spawner.post(`/agents/${launch.agent_id}/started`, { session_id: `s-${id}`, resumed: false })).status,
+      ).toBe(200);
     }
     // The intro's writer works and costs; the outro's fails as an unlogged Claude Code does.
     const [intro, outro] = writers as [(typeof writers)[0], (typeof writers)[0]];
     const work = await spawner.post(`/agents/${intro.agent_id}/events`, {
       events: [
-        { event: 'turn.usage', message_id: 'm1', model: 'claude-test', stop_reason: 'tool_use', input_tokens: 1200, output_tokens: 300 },
+        {
+          event: 'turn.usage',
+          message_id: 'm1',
+          model: 'claude-test',
+          stop_reason: 'tool_use',
+          input_tokens: 1200,
+          output_tokens: 300,
+        },
         { event: 'tool_called', message_id: 'm1', tool_use_id: 't1', name: 'Write', input: {} },
-        { event: 'run.cost', total_cost_usd: 0.0123, duration_ms: 10, duration_api_ms: 5, num_turns: 1, usage: {}, model_usage: {} },
+        {
+          event: 'run.cost',
+          total_cost_usd: 0.0123,
+          duration_ms: 10,
+          duration_api_ms: 5,
+          num_turns: 1,
+          usage: {},
+          model_usage: {},
+        },
       ],
     });
     expect(work.status).toBe(200);
-    expect((await spawner.post(`/agents/${outro.agent_id}/events`, { events: [{ event: 'agent_error', ...WRITER_ERROR }] })).status).toBe(200);
+    expect(
+      (await spawner.post(`/agents/${outro.agent_id}/events`, { events: [{ event: 'agent_error', ...WRITER_ERROR }] }))
+        .status,
+    ).toBe(200);
   });
 
   afterAll(async () => {
@@ -83,25 +116,65 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     if (ts) removeHome(ts.home);
   });
 
-  it('task list: a row per task (name, status, live/total agents, events, created, text); --json is the API\'s answer', async () => {
-    const [plain, json, api] = await Promise.all([cli('task', 'list'), cli('task', 'list', '--json'), ts.api('GET', '/tasks')]);
+  it("task list: a row per task (name, status, live/total agents, events, created, text); --json is the API's answer", async () => {
+    const [plain, json, api] = await Promise.all([
+      cli('task', 'list'),
+      cli('task', 'list', '--json'),
+      ts.api('GET', '/tasks'),
+    ]);
     expect(plain.code).toBe(0);
     expect(plain.stderr).toBe('');
     const listed = api.body.tasks.find((t: { task_id: string }) => t.task_id === task.task_id);
-    expect(cells(plain.stdout.split('\n')[0]!)).toEqual(['TASK', 'NAME', 'STATUS', 'AGENTS', 'EVENTS', 'CREATED', 'TEXT']);
-    expect(row(plain.stdout, task.task_id)).toEqual([task.task_id, 'guide', 'running', '3/3', String(listed.event_count), dateTime(listed.created_at), 'Write the operator guide']);
+    expect(cells(plain.stdout.split('\n')[0]!)).toEqual([
+      'TASK',
+      'NAME',
+      'STATUS',
+      'AGENTS',
+      'EVENTS',
+      'CREATED',
+      'TEXT',
+    ]);
+    expect(row(plain.stdout, task.task_id)).toEqual([
+      task.task_id,
+      'guide',
+      'running',
+      '3/3',
+      String(listed.event_count),
+      dateTime(listed.created_at),
+      'Write the operator guide',
+    ]);
     expect(json.code).toBe(0);
     expect(JSON.parse(json.stdout).tasks.find((t: { task_id: string }) => t.task_id === task.task_id)).toEqual(listed);
   });
 
   let question: { qid: string; asked: Promise<ToolOutcome> };
 
-  it('task show: the team tree with statuses and the error\'s reason, plan states, the question waiting, cost; --json is the API\'s answer', async () => {
-    const asked = root.call('ask_user', { questions: [{ question: 'Which tone?', header: 'Tone', multiSelect: false, options: [{ label: 'Formal', description: '' }, { label: 'Casual', description: '' }] }] });
-    const pending = await until('the root question', async () => (await ts.api('GET', '/questions/pending')).body.find((q: { asker_agent_id: string }) => q.asker_agent_id === task.root_agent_id));
+  it("task show: the team tree with statuses and the error's reason, plan states, the question waiting, cost; --json is the API's answer", async () => {
+    const asked = root.call('ask_user', {
+      questions: [
+        {
+          question: 'Which tone?',
+          header: 'Tone',
+          multiSelect: false,
+          options: [
+            { label: 'Formal', description: '' },
+            { label: 'Casual', description: '' },
+          ],
+        },
+      ],
+    });
+    const pending = await until('the root question', async () =>
+      (await ts.api('GET', '/questions/pending')).body.find(
+        (q: { asker_agent_id: string }) => q.asker_agent_id === task.root_agent_id,
+      ),
+    );
     question = { qid: pending.qid, asked };
 
-    const [plain, json, api] = await Promise.all([cli('task', 'show', task.task_id), cli('task', 'show', task.task_id, '--json'), ts.api('GET', `/tasks/${task.task_id}`)]);
+    const [plain, json, api] = await Promise.all([
+      cli('task', 'show', task.task_id),
+      cli('task', 'show', task.task_id, '--json'),
+      ts.api('GET', `/tasks/${task.task_id}`),
+    ]);
     expect(plain.code).toBe(0);
     expect(plain.stderr).toBe('');
     expect(JSON.parse(json.stdout)).toEqual(api.body);
@@ -115,34 +188,84 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     // The tree: the root, and its two writers under it, the last with └─.
     const tree = out.split('\nteam\n')[1]!.split('\n\n')[0]!.split('\n');
     expect(tree.map((l) => cells(l)[0])).toEqual(['AGENT', rootName, `├─ ${intro.name}`, `└─ ${outro.name}`]);
-    expect(row(out, rootName)).toEqual([rootName, task.root_agent_id, '-', '-', 'leader', 'active', 'external', '0/0', '$0.0000', '0']);
-    expect(row(out, intro.name)).toEqual([intro.name, intro.agent_id, teamName, 'writer', 'worker', 'active', 'running', '1200/300', '$0.0123', '1']);
-    expect(row(out, outro.name)).toEqual([outro.name, outro.agent_id, teamName, 'writer', 'worker', 'error (not_logged_in)', 'running', '0/0', '$0.0000', '0']);
+    expect(row(out, rootName)).toEqual([
+      rootName,
+      task.root_agent_id,
+      '-',
+      '-',
+      'leader',
+      'active',
+      'external',
+      '0/0',
+      '$0.0000',
+      '0',
+    ]);
+    expect(row(out, intro.name)).toEqual([
+      intro.name,
+      intro.agent_id,
+      teamName,
+      'writer',
+      'worker',
+      'active',
+      'running',
+      '1200/300',
+      '$0.0123',
+      '1',
+    ]);
+    expect(row(out, outro.name)).toEqual([
+      outro.name,
+      outro.agent_id,
+      teamName,
+      'writer',
+      'worker',
+      'error (not_logged_in)',
+      'running',
+      '0/0',
+      '$0.0000',
+      '0',
+    ]);
     const errorAt = api.body.agents.find((a: { agent_id: string }) => a.agent_id === outro.agent_id).error.at as number;
-    expect(out).toContain(`errors\n  ${outro.name}: not_logged_in: ${WRITER_ERROR.msg} (at ${clock(errorAt)})\n    stderr: Not logged in · Please run /login\n`);
+    expect(out).toContain(
+      `errors\n  ${outro.name}: not_logged_in: ${WRITER_ERROR.msg} (at ${clock(errorAt)})\n    stderr: Not logged in · Please run /login\n`,
+    );
 
     // Plan states: the two spawned tasks with their agents, the edit blocked on both.
     expect(row(out, 'intro')).toEqual(['intro', 'writer', 'in_flight', intro.name, '-']);
     expect(row(out, 'outro')).toEqual(['outro', 'writer', 'in_flight', outro.name, '-']);
     expect(row(out, 'edit')).toEqual(['edit', 'editor', 'blocked', '-', 'intro, outro']);
 
-    expect(out).toContain(`questions waiting\n  ${question.qid}  from ${rootName}, with you (ask_user): [Tone] Which tone?\n`);
+    expect(out).toContain(
+      `questions waiting\n  ${question.qid}  from ${rootName}, with you (ask_user): [Tone] Which tone?\n`,
+    );
     const { stats } = api.body;
-    expect(out).toContain(`cost\n  $0.0123; 1200 tokens in, 300 out; 1 tool call; 3 agents (3 live), 1 team, 0 messages (0 undelivered), ${stats.events} events\n`);
+    expect(out).toContain(
+      `cost\n  $0.0123; 1200 tokens in, 300 out; 1 tool call; 3 agents (3 live), 1 team, 0 messages (0 undelivered), ${stats.events} events\n`,
+    );
   });
 
   it('decline: --reason is required (exit 2), an empty one is named by its flag (exit 1); the asker gets user_declined', async () => {
     const { qid, asked } = question;
     const [noReason, blank] = await Promise.all([cli('decline', qid), cli('decline', qid, '--reason', ' ')]);
-    expect(noReason).toEqual({ code: 2, stdout: '', stderr: 'beidou: say why: --reason "..." (the asking agent reads it)\n' });
+    expect(noReason).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'beidou: say why: --reason "..." (the asking agent reads it)\n',
+    });
     expect(blank).toEqual({ code: 1, stdout: '', stderr: 'beidou: 400 invalid_input: --reason: must say why\n' });
 
-    expect(await cli('decline', qid, '--reason', 'decide the tone yourself')).toEqual({ code: 0, stdout: `declined ${qid}\n`, stderr: '' });
+    expect(await cli('decline', qid, '--reason', 'decide the tone yourself')).toEqual({
+      code: 0,
+      stdout: `declined ${qid}\n`,
+      stderr: '',
+    });
     const result = await asked;
     expect(result).toMatchObject({ ok: false, error: { error: 'user_declined' } });
     expect(result.ok ? '' : result.error.message).toContain('decide the tone yourself');
 
-    const [again, json] = await Promise.all([cli('decline', qid, '--reason', 'again'), cli('decline', 'q_nosuch', '--reason', 'x', '--json')]);
+    const [again, json] = await Promise.all([
+      cli('decline', qid, '--reason', 'again'),
+      cli('decline', 'q_nosuch', '--reason', 'x', '--json'),
+    ]);
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/^beidou: 409 already_answered: /);
     expect(json).toEqual({ code: 1, stdout: '', stderr: 'beidou: 404 unknown_qid: no question q_nosuch\n' });
@@ -150,9 +273,23 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
 
   it('answer: errors name --choose, --text or --answers, not the JSON field', async () => {
     const asked = root.call('ask_user', {
-      questions: [{ question: 'Which format?', header: 'Format', multiSelect: false, options: [{ label: 'Markdown', description: '' }, { label: 'Custom', description: '', requires_text: true }] }],
+      questions: [
+        {
+          question: 'Which format?',
+          header: 'Format',
+          multiSelect: false,
+          options: [
+            { label: 'Markdown', description: '' },
+            { label: 'Custom', description: '', requires_text: true },
+          ],
+        },
+      ],
     });
-    const { qid } = await until('the format question', async () => (await ts.api('GET', '/questions/pending')).body.find((q: { asker_agent_id: string }) => q.asker_agent_id === task.root_agent_id));
+    const { qid } = await until('the format question', async () =>
+      (await ts.api('GET', '/questions/pending')).body.find(
+        (q: { asker_agent_id: string }) => q.asker_agent_id === task.root_agent_id,
+      ),
+    );
     const [notAnOption, needsText, two, inJson, tooFew] = await Promise.all([
       cli('answer', qid, '--choose', 'HTML'),
       cli('answer', qid, '--choose', 'Custom'),
@@ -160,17 +297,31 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
       cli('answer', qid, '--answers', JSON.stringify([{ selected_labels: ['HTML'] }])),
       cli('answer', qid, '--answers', '[]'),
     ]);
-    expect(notAnOption).toEqual({ code: 1, stdout: '', stderr: 'beidou: 400 invalid_input: --choose: "HTML" is not an option (options: Markdown, Custom)\n' });
-    expect(needsText).toEqual({ code: 1, stdout: '', stderr: 'beidou: 400 invalid_input: --text: the option "Custom" requires a text answer\n' });
-    expect(two.stderr).toBe('beidou: 400 invalid_input: --choose: this is a single-select question; choose one option\n');
-    expect(inJson.stderr).toBe('beidou: 400 invalid_input: --answers (answers[0].selected_labels): "HTML" is not an option (options: Markdown, Custom)\n');
-    expect(tooFew.stderr).toBe('beidou: 400 invalid_input: --answers (answers): must hold one answer per sub-question\n');
+    expect(notAnOption).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'beidou: 400 invalid_input: --choose: "HTML" is not an option (options: Markdown, Custom)\n',
+    });
+    expect(needsText).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'beidou: 400 invalid_input: --text: the option "Custom" requires a text answer\n',
+    });
+    expect(two.stderr).toBe(
+      'beidou: 400 invalid_input: --choose: this is a single-select question; choose one option\n',
+    );
+    expect(inJson.stderr).toBe(
+      'beidou: 400 invalid_input: --answers (answers[0].selected_labels): "HTML" is not an option (options: Markdown, Custom)\n',
+    );
+    expect(tooFew.stderr).toBe(
+      'beidou: 400 invalid_input: --answers (answers): must hold one answer per sub-question\n',
+    );
 
     expect((await cli('answer', qid, '--choose', 'Custom', '--text', 'AsciiDoc')).code).toBe(0);
     expect(await asked).toMatchObject({ ok: true, value: { answer_text: 'Format: Custom: AsciiDoc' } });
   });
 
-  it('agent show: by id, or with --task by name, role or root; the failed agent\'s error and stderr; --json is the API\'s view', async () => {
+  it("agent show: by id, or with --task by name, role or root; the failed agent's error and stderr; --json is the API's view", async () => {
     const [intro, outro] = writers as [(typeof writers)[0], (typeof writers)[0]];
     const api = (await ts.api('GET', `/agents/${outro.agent_id}`)).body;
     const detail = (await ts.api('GET', `/tasks/${task.task_id}`)).body;
@@ -195,7 +346,11 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     expect(JSON.parse(json.stdout)).toEqual(api);
     expect(JSON.parse(rootByAlias.stdout).agent_id).toBe(task.root_agent_id);
     // No agent holds the role "editor" yet: the plan task is blocked.
-    expect(byRole).toEqual({ code: 1, stdout: '', stderr: `beidou: no agent "editor" in task ${task.task_id} (its agents: ${rootName}, ${intro.name}, ${outro.name})\n` });
+    expect(byRole).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `beidou: no agent "editor" in task ${task.task_id} (its agents: ${rootName}, ${intro.name}, ${outro.name})\n`,
+    });
   });
 
   it('names: a role two agents hold is ambiguous (exit 2), a name without --task or in an unknown task is refused (exit 1)', async () => {
@@ -209,7 +364,11 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     const fits = `beidou: "writer" fits 2 agents of task ${task.task_id}: ${intro.name} (${intro.agent_id}), ${outro.name} (${outro.agent_id}); give a name or an id\n`;
     expect(ambiguous).toEqual({ code: 2, stdout: '', stderr: fits });
     expect(ambiguousMessage).toEqual({ code: 2, stdout: '', stderr: fits });
-    expect(noTask).toEqual({ code: 1, stdout: '', stderr: `beidou: 404 unknown_agent: no agent ${intro.name} (to find an agent by name or role, give its task: --task TASK_ID)\n` });
+    expect(noTask).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `beidou: 404 unknown_agent: no agent ${intro.name} (to find an agent by name or role, give its task: --task TASK_ID)\n`,
+    });
     expect(unknownTask).toEqual({ code: 1, stdout: '', stderr: 'beidou: 404 unknown_task: no task tsk_nosuch\n' });
   });
 
@@ -225,14 +384,25 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     expect(sentJson).toEqual({ ok: true, message_id: expect.stringMatching(/^msg_/), agent_id: task.root_agent_id });
 
     const inbox = await root.call('read_inbox');
-    expect(inbox.ok && inbox.value.messages.map((x: { message_id: string; from: string; content: string }) => [x.message_id, x.from, x.content])).toEqual([
+    expect(
+      inbox.ok &&
+        inbox.value.messages.map((x: { message_id: string; from: string; content: string }) => [
+          x.message_id,
+          x.from,
+          x.content,
+        ]),
+    ).toEqual([
       [m![1], 'user', 'Please keep it short.'],
       [sentJson.message_id, 'user', 'And friendly.'],
     ]);
-    expect(await cli('message', task.root_agent_id, '')).toEqual({ code: 1, stdout: '', stderr: 'beidou: 400 invalid_input: TEXT: must not be empty\n' });
+    expect(await cli('message', task.root_agent_id, '')).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: 'beidou: 400 invalid_input: TEXT: must not be empty\n',
+    });
   });
 
-  it('task start: the server\'s refusals name TEXT, --skill and --name', async () => {
+  it("task start: the server's refusals name TEXT, --skill and --name", async () => {
     const [blank, skill, name] = await Promise.all([
       cli('task', 'start', '   ', '--no-spawn'),
       cli('task', 'start', 'x', '--no-spawn', '--skill', 'nope'),
@@ -240,29 +410,45 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     ]);
     expect(blank).toEqual({ code: 1, stdout: '', stderr: 'beidou: 400 invalid_input: TEXT: must describe the task\n' });
     expect(skill.code).toBe(1);
-    expect(skill.stderr).toMatch(/^beidou: 400 unknown_skill: --skill "nope" does not resolve to a loadable SKILL\.md \(skills: [^)]*leader[^)]*\)\n$/);
+    expect(skill.stderr).toMatch(
+      /^beidou: 400 unknown_skill: --skill "nope" does not resolve to a loadable SKILL\.md \(skills: [^)]*leader[^)]*\)\n$/,
+    );
     expect(name.stderr).toMatch(/^beidou: 400 invalid_input: --name: /);
   });
 
-  it('spawners: each spawner and the agents it holds; --json is the API\'s answer', async () => {
-    const [plain, json, api] = await Promise.all([cli('spawners'), cli('spawners', '--json'), ts.api('GET', '/spawners')]);
+  it("spawners: each spawner and the agents it holds; --json is the API's answer", async () => {
+    const [plain, json, api] = await Promise.all([
+      cli('spawners'),
+      cli('spawners', '--json'),
+      ts.api('GET', '/spawners'),
+    ]);
     expect(plain.code).toBe(0);
     expect(JSON.parse(json.stdout)).toEqual(api.body);
     const s = api.body.spawners[0];
     expect(row(plain.stdout, spawnerId)).toEqual([spawnerId, 'cli-box', 'yes', '2/4', clock(s.last_heartbeat_at)]);
     const [intro, outro] = writers as [(typeof writers)[0], (typeof writers)[0]];
-    expect(plain.stdout.split('\n').filter((l) => l.startsWith('SPAWNER')).map(cells)).toEqual([
+    expect(
+      plain.stdout
+        .split('\n')
+        .filter((l) => l.startsWith('SPAWNER'))
+        .map(cells),
+    ).toEqual([
       ['SPAWNER', 'NAME', 'CONNECTED', 'AGENTS', 'LAST HEARTBEAT'],
       ['SPAWNER', 'AGENT', 'STATUS', 'PID'],
     ]);
-    const held = plain.stdout.split('\n').filter((l) => l.startsWith(spawnerId) && l.includes('ag_')).map(cells);
+    const held = plain.stdout
+      .split('\n')
+      .filter((l) => l.startsWith(spawnerId) && l.includes('ag_'))
+      .map(cells);
     expect(held).toEqual([
       [spawnerId, intro.agent_id, 'active', '-'],
       [spawnerId, outro.agent_id, 'error', '-'],
     ]);
   });
 
-  it('tail: the last events as sentences, then each new one as it happens, with names learned as agents appear', async ({ onTestFinished }) => {
+  it('tail: the last events as sentences, then each new one as it happens, with names learned as agents appear', async ({
+    onTestFinished,
+  }) => {
     const own = await createTask(ts, { task: 'tail me', name: 'tailed' });
     const leader = await connectAgent(ts.url, own.token);
     agents.push(leader);
@@ -282,14 +468,22 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
       cli('tail', own.task_id, '--lines', 'all'),
     ]);
     expect(one.stdout.split('\n').filter(Boolean)).toHaveLength(1);
-    expect(beyond).toEqual({ code: 1, stdout: '', stderr: `beidou: 400 invalid_input: --since: 999 is beyond the last event of this task (seq ${all.length})\n` });
+    expect(beyond).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `beidou: 400 invalid_input: --since: 999 is beyond the last event of this task (seq ${all.length})\n`,
+    });
     expect(badLines).toEqual({ code: 2, stdout: '', stderr: 'beidou: --lines must be a non-negative integer\n' });
 
     const follow = new CliChild(['tail', own.task_id, '--server', ts.url, '--home', ts.home]);
     onTestFinished(async () => void (await follow.stop('SIGKILL')));
     await follow.waitForLine((l) => l.endsWith(`user → ${rootName}: spawned (skill leader)`));
 
-    const team = await leader.call('create_team', { name: 'critics', task: 'read it', roles: [{ role: 'critic', skill: 'worker', description: 'reads the draft' }] });
+    const team = await leader.call('create_team', {
+      name: 'critics',
+      task: 'read it',
+      roles: [{ role: 'critic', skill: 'worker', description: 'reads the draft' }],
+    });
     expect(team.ok).toBe(true);
     const critic = team.ok ? (team.value.members[0].agent_id as string) : '';
     const criticName = (await ts.api('GET', `/agents/${critic}`)).body.name as string;
@@ -299,7 +493,9 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     expect((await leader.call('send_message', { to: critic, content })).ok).toBe(true);
     const line = await follow.waitForLine((l) => l.includes(` ${rootName} → ${criticName}: message`));
     expect(line).toMatch(/^\d\d:\d\d:\d\d /);
-    expect(line.slice(9)).toBe(`${rootName} → ${criticName}: message (${content.length} chars) "Read the draft in docs/ and list every sentence that is lon…"`);
+    expect(line.slice(9)).toBe(
+      `${rootName} → ${criticName}: message (${content.length} chars) "Read the draft in docs/ and list every sentence that is lon…"`,
+    );
 
     expect((await cli('message', 'root', 'status?', '--task', own.task_id)).code).toBe(0);
     await follow.waitForLine((l) => l.endsWith(`user → ${rootName}: message (7 chars) "status?"`));
@@ -307,8 +503,11 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     expect((await follow.stop('SIGTERM')).signal).toBe('SIGTERM');
   });
 
-  it('tail --no-follow --since 0: one sentence per event of the whole team\'s log, each naming agents by name', async () => {
-    const [run, api] = await Promise.all([cli('tail', task.task_id, '--no-follow', '--since', '0'), ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)]);
+  it("tail --no-follow --since 0: one sentence per event of the whole team's log, each naming agents by name", async () => {
+    const [run, api] = await Promise.all([
+      cli('tail', task.task_id, '--no-follow', '--since', '0'),
+      ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`),
+    ]);
     expect(run.code).toBe(0);
     const lines = run.stdout.split('\n').filter(Boolean);
     const events = api.body.events as Array<{ ts: number; event: string }>;
@@ -317,7 +516,9 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
     // Every kind of event here has its sentence: none falls back to the bare name, none prints a missing field.
     for (const line of lines) expect(line).not.toMatch(/undefined|NaN|null|\(seq \d+\)$/);
     const [, outro] = writers as [(typeof writers)[0], (typeof writers)[0]];
-    expect(lines).toContain(`${clock(events.find((e) => e.event === 'agent_error')!.ts)} ${outro.name} failed [not_logged_in]: ${WRITER_ERROR.msg}`);
+    expect(lines).toContain(
+      `${clock(events.find((e) => e.event === 'agent_error')!.ts)} ${outro.name} failed [not_logged_in]: ${WRITER_ERROR.msg}`,
+    );
     expect(new Set(events.map((e) => e.event)).size).toBeGreaterThanOrEqual(10);
   });
 
@@ -329,8 +530,15 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
       stderr: '',
     });
     expect((await ts.api('GET', `/tasks/${other.task_id}`)).body.task.status).toBe('terminated');
-    const [again, json] = await Promise.all([cli('task', 'terminate', other.task_id), cli('task', 'terminate', task.task_id, '--json')]);
-    expect(again).toEqual({ code: 1, stdout: '', stderr: `beidou: 409 already_terminating: task ${other.task_id} is already terminated\n` });
+    const [again, json] = await Promise.all([
+      cli('task', 'terminate', other.task_id),
+      cli('task', 'terminate', task.task_id, '--json'),
+    ]);
+    expect(again).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: `beidou: 409 already_terminating: task ${other.task_id} is already terminated\n`,
+    });
     expect(JSON.parse(json.stdout)).toEqual({ ok: true, task_id: task.task_id });
   });
 
@@ -360,9 +568,17 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
         ['attach', '--agent', task.root_agent_id],
         ['spawner', '--adapter', 'command', '--command', 'true', '--spool-dir', path.join(scratch, 'spool')],
       ];
-      const runs = await Promise.all(commands.map((args) => beidou([...args, '--server', server, '--home', ts.home], {}, scratch)));
-      const expected = { code: 1, stdout: '', stderr: `beidou: cannot reach ${server} (ECONNREFUSED): is beidou serve running there? (--server or BEIDOU_SERVER says where)\n` };
-      expect(runs.map((r, i) => ({ command: commands[i]!.join(' '), ...r }))).toEqual(commands.map((c) => ({ command: c.join(' '), ...expected })));
+      const runs = await Promise.all(
+        commands.map((args) => beidou([...args, '--server', server, '--home', ts.home], {}, scratch)),
+      );
+      const expected = {
+        code: 1,
+        stdout: '',
+        stderr: `beidou: cannot reach ${server} (ECONNREFUSED): is beidou serve running there? (--server or BEIDOU_SERVER says where)\n`,
+      };
+      expect(runs.map((r, i) => ({ command: commands[i]!.join(' '), ...r }))).toEqual(
+        commands.map((c) => ({ command: c.join(' '), ...expected })),
+      );
     } finally {
       rmSync(scratch, { recursive: true, force: true });
     }

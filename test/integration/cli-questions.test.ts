@@ -1,7 +1,15 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { beidou, buildCli } from '../support/cli.js';
 import { until } from '../../src/testkit/poll.js';
 import { rollupRows, STORE, storeEnv, withDatabase } from '../support/store.js';
@@ -113,14 +121,27 @@ describe('beidou questions / beidou answer', { timeout: 60_000 }, () => {
 
   it('answers a free-text question with --text alone, and a multi-question one with --answers JSON', async () => {
     const { task, agent } = await rootAgent();
-    const free = agent.call('ask_user', { questions: [{ question: 'Deadline?', header: '', multiSelect: false, options: [] }] });
+    const free = agent.call('ask_user', {
+      questions: [{ question: 'Deadline?', header: '', multiSelect: false, options: [] }],
+    });
     const q1 = await pendingFrom(task.root_agent_id);
     expect((await cli('answer', q1.qid, '--text', 'Friday')).code).toBe(0);
     const r1 = await free;
     expect(r1.ok && r1.value.answer_text).toBe('Friday');
 
     const two = agent.call('ask_user', {
-      questions: [LANGUAGE, { question: 'Which features?', header: 'Features', multiSelect: true, options: [{ label: 'Auth', description: '' }, { label: 'Search', description: '' }] }],
+      questions: [
+        LANGUAGE,
+        {
+          question: 'Which features?',
+          header: 'Features',
+          multiSelect: true,
+          options: [
+            { label: 'Auth', description: '' },
+            { label: 'Search', description: '' },
+          ],
+        },
+      ],
     });
     const q2 = await until('the second question', async () => {
       const res = await ts.api<Pending[]>('GET', '/questions/pending');
@@ -130,7 +151,11 @@ describe('beidou questions / beidou answer', { timeout: 60_000 }, () => {
       { selected_labels: ['Go'], text: null },
       { selected_labels: ['Auth', 'Search'], text: null },
     ]);
-    expect(await cli('answer', q2.qid, '--answers', answers)).toEqual({ code: 0, stdout: `answered ${q2.qid}\n`, stderr: '' });
+    expect(await cli('answer', q2.qid, '--answers', answers)).toEqual({
+      code: 0,
+      stdout: `answered ${q2.qid}\n`,
+      stderr: '',
+    });
     const r2 = await two;
     expect(r2.ok).toBe(true);
     if (r2.ok) expect(r2.value.answer_text).toBe('Language: Go\nFeatures: Auth, Search');
@@ -199,7 +224,9 @@ describe('beidou questions / beidou answer', { timeout: 60_000 }, () => {
       expect(noToken.code).toBe(2);
       expect(noToken.stderr).toContain('no admin token');
       // BEIDOU_ADMIN_TOKEN takes the place of the file.
-      const viaEnv = await beidou(['questions', '--json', '--server', ts.url, '--home', home], { BEIDOU_ADMIN_TOKEN: ts.adminToken });
+      const viaEnv = await beidou(['questions', '--json', '--server', ts.url, '--home', home], {
+        BEIDOU_ADMIN_TOKEN: ts.adminToken,
+      });
       expect(viaEnv.code).toBe(0);
       expect(Array.isArray(JSON.parse(viaEnv.stdout))).toBe(true);
     } finally {
@@ -225,7 +252,9 @@ describe('beidou stats rebuild', { timeout: 60_000 }, () => {
       });
       expect(team.ok).toBe(true);
       const members = (team.ok ? team.value.members : []) as Array<{ agent_id: string; role: string }>;
-      expect((await root.call('send_message', { to: members[0]!.agent_id, content: 'start with the schema' })).ok).toBe(true);
+      expect((await root.call('send_message', { to: members[0]!.agent_id, content: 'start with the schema' })).ok).toBe(
+        true,
+      );
       await root.close();
       await ts.close();
 
@@ -240,12 +269,18 @@ describe('beidou stats rebuild', { timeout: 60_000 }, () => {
         const url = new URL(env.BEIDOU_DATABASE_URL!);
         where = `the rollup tables of postgres://${url.username}@${url.host}${url.pathname}`;
         await withDatabase(home, (c) =>
-          c.query(`DELETE FROM agents; UPDATE tasks SET status = 'stale'; INSERT INTO teams VALUES ('tm_gone', 't', 'gone', 'x', NULL, 1, 0, 0)`),
+          c.query(
+            `DELETE FROM agents; UPDATE tasks SET status = 'stale'; INSERT INTO teams VALUES ('tm_gone', 't', 'gone', 'x', NULL, 1, 0, 0)`,
+          ),
         );
       }
 
       const run = await beidou(['stats', 'rebuild', '--home', home], env);
-      expect(run).toEqual({ code: 0, stdout: `rebuilt ${where}: 1 tasks, 1 teams, 3 agents, 0 questions\n`, stderr: '' });
+      expect(run).toEqual({
+        code: 0,
+        stdout: `rebuilt ${where}: 1 tasks, 1 teams, 3 agents, 0 questions\n`,
+        stderr: '',
+      });
 
       const tasks = await rollupRows(home, 'SELECT * FROM tasks');
       expect(tasks).toHaveLength(1);
@@ -286,7 +321,15 @@ describe('beidou stats rebuild', { timeout: 60_000 }, () => {
       expect(byId.get(members[1]!.agent_id)).toMatchObject({ role: 'frontend', inbox_depth: 0 });
 
       const teams = await rollupRows(home, 'SELECT * FROM teams');
-      expect(teams).toEqual([expect.objectContaining({ team_id: teamId, task_id: task.task_id, leader_id: task.root_agent_id, depth: 1, member_count: 2 })]);
+      expect(teams).toEqual([
+        expect.objectContaining({
+          team_id: teamId,
+          task_id: task.task_id,
+          leader_id: task.root_agent_id,
+          depth: 1,
+          member_count: 2,
+        }),
+      ]);
     } finally {
       await ts.close();
       removeHome(home);

@@ -16,7 +16,10 @@ const LISTENING = /^beidou listening on (http:\/\/127\.0\.0\.1:(\d+))$/;
 beforeAll(() => buildCli(true), 120_000);
 
 /** Runs a command to completion. */
-async function run(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+async function run(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = new CliChild(args, env);
   const { code } = await child.exited;
   return { code, stdout: child.lines.map((l) => l + '\n').join(''), stderr: child.stderr };
@@ -39,7 +42,10 @@ const adminTokenOf = (home: string) => readFileSync(path.join(home, 'admin.token
 async function apiCall(url: string, home: string, method: string, route: string, body?: unknown) {
   const res = await fetch(`${url}/api${route}`, {
     method,
-    headers: { authorization: `Bearer ${adminTokenOf(home)}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    headers: {
+      authorization: `Bearer ${adminTokenOf(home)}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   return { status: res.status, body: (await res.json()) as any };
@@ -61,7 +67,6 @@ function newHome({ onTestFinished }: TestContext): string {
 }
 
 describe('beidou serve', () => {
-
   it('--port 0 prints exactly "beidou listening on http://127.0.0.1:PORT" with the real port, and answers there', async (ctx) => {
     const home = newHome(ctx);
     const { child, first, url, port } = await serve(home);
@@ -147,7 +152,13 @@ describe('beidou client commands', () => {
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
     const lines = stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(1);
-    return JSON.parse(lines[0]!) as { task_id: string; root_agent_id: string; token: string; mcp_url: string; claude_mcp_add: string };
+    return JSON.parse(lines[0]!) as {
+      task_id: string;
+      root_agent_id: string;
+      token: string;
+      mcp_url: string;
+      claude_mcp_add: string;
+    };
   }
 
   it('task start --no-spawn --json prints the ids, the token, the MCP URL and a claude mcp add line', async () => {
@@ -164,7 +175,11 @@ describe('beidou client commands', () => {
     // The task exists, with the text, and is not queued for a spawner.
     const detail = await apiCall(server.url, home, 'GET', `/tasks/${created.task_id}`);
     expect(detail.status).toBe(200);
-    expect(detail.body.task).toMatchObject({ task_id: created.task_id, root_agent_id: created.root_agent_id, spawn: false });
+    expect(detail.body.task).toMatchObject({
+      task_id: created.task_id,
+      root_agent_id: created.root_agent_id,
+      spawn: false,
+    });
     // The token is the root's and it works.
     const agent = await connectAgent(server.url, created.token);
     try {
@@ -180,7 +195,11 @@ describe('beidou client commands', () => {
     const lines = stdout.split('\n');
     const add = lines.filter((l) => l.startsWith('claude mcp add --transport http beidou '));
     expect(add).toHaveLength(1);
-    expect(add[0]).toMatch(new RegExp(`^claude mcp add --transport http beidou ${server.url.replace(/\./g, '\\.')}/mcp --header "Authorization: Bearer [\\w-]+\\.[\\w-]+\\.[\\w-]+"$`));
+    expect(add[0]).toMatch(
+      new RegExp(
+        `^claude mcp add --transport http beidou ${server.url.replace(/\./g, '\\.')}/mcp --header "Authorization: Bearer [\\w-]+\\.[\\w-]+\\.[\\w-]+"$`,
+      ),
+    );
     const taskLine = lines.find((l) => l.startsWith('task_id:'));
     const taskId = taskLine?.split(/\s+/)[1];
     expect(taskId).toMatch(/^tsk_[0-9a-f]{12}$/);
@@ -204,7 +223,13 @@ describe('beidou client commands', () => {
     expect(token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
     expect(token).not.toBe(created.token);
     const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>;
-    expect(claims).toMatchObject({ sub: created.root_agent_id, task_id: created.task_id, kind: 'agent', iss: 'beidou', aud: 'beidou' });
+    expect(claims).toMatchObject({
+      sub: created.root_agent_id,
+      task_id: created.task_id,
+      kind: 'agent',
+      iss: 'beidou',
+      aud: 'beidou',
+    });
     const agent = await connectAgent(server.url, token);
     try {
       const peers = await agent.call('list_peers');
@@ -223,7 +248,9 @@ describe('beidou client commands', () => {
 
   it('events --task T prints one JSON line per event, seq 1..n', async () => {
     const created = await startTaskJson('log me');
-    const sent = await apiCall(server.url, home, 'POST', `/agents/${created.root_agent_id}/send`, { content: 'hello root' });
+    const sent = await apiCall(server.url, home, 'POST', `/agents/${created.root_agent_id}/send`, {
+      content: 'hello root',
+    });
     expect(sent.status).toBe(200);
     const fromApi = await apiCall(server.url, home, 'GET', `/tasks/${created.task_id}/events?since=0`);
     const n = fromApi.body.events.length as number;
@@ -231,7 +258,10 @@ describe('beidou client commands', () => {
 
     const { code, stdout, stderr } = await run(client('events', '--task', created.task_id));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
-    const events = stdout.trimEnd().split('\n').map((l) => JSON.parse(l) as { seq: number; task_id: string; event: string });
+    const events = stdout
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { seq: number; task_id: string; event: string });
     expect(events.map((e) => e.seq)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
     expect(events).toEqual(fromApi.body.events);
     expect(events.every((e) => e.task_id === created.task_id)).toBe(true);
@@ -245,7 +275,9 @@ describe('beidou client commands', () => {
 
     const follow = track(ctx, new CliChild(client('events', '--task', created.task_id, '--follow')));
     await follow.waitForLine((_l, i) => i === n - 1);
-    expect(follow.lines.map((l) => (JSON.parse(l) as { seq: number }).seq)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
+    expect(follow.lines.map((l) => (JSON.parse(l) as { seq: number }).seq)).toEqual(
+      Array.from({ length: n }, (_, i) => i + 1),
+    );
 
     const sent = await apiCall(server.url, home, 'POST', `/agents/${created.root_agent_id}/send`, { content: 'live' });
     expect(sent.status).toBe(200);

@@ -6,7 +6,14 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { CONTENT_SECURITY_POLICY } from '../../src/server/http/dashboard.js';
 import { PACKAGE_ROOT } from '../../src/util/version.js';
 import { until, within } from '../../src/testkit/poll.js';
-import { connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 /**
  * The dashboard as the server serves it (docs/api.md, "GET /"): the page `npm run build`
@@ -26,7 +33,8 @@ describe('the dashboard page', () => {
     removeHome(ts.home);
   });
   beforeAll(() => {
-    if (!existsSync(path.join(WEB, 'index.html'))) throw new Error('dist/web/index.html is missing: run `npm run build` (npm test does) before this file');
+    if (!existsSync(path.join(WEB, 'index.html')))
+      throw new Error('dist/web/index.html is missing: run `npm run build` (npm test does) before this file');
   });
 
   it('serves the built page at / and /dashboard without a token, never cached, under a self-only policy', async () => {
@@ -56,7 +64,11 @@ describe('the dashboard page', () => {
     const html = await (await fetch(`${ts.url}/`)).text();
     const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]!);
     const types = { '.js': /^(text|application)\/javascript/, '.css': /^text\/css/ };
-    for (const ext of ['.js', '.css'] as const) expect(assets.some((a) => a.endsWith(ext)), `the page names a ${ext} asset`).toBe(true);
+    for (const ext of ['.js', '.css'] as const)
+      expect(
+        assets.some((a) => a.endsWith(ext)),
+        `the page names a ${ext} asset`,
+      ).toBe(true);
     for (const asset of assets) {
       expect(path.basename(asset)).toMatch(/-[A-Za-z0-9_-]{6,}\.(js|css)$/); // a content hash in the name
       const res = await fetch(`${ts.url}${asset}`);
@@ -93,7 +105,10 @@ describe('the dashboard page', () => {
       for (const route of ['/dashboard', '/favicon.ico']) {
         const res = await fetch(`${ts.url}${route}`, { headers: { accept: 'application/json' } });
         expect([route, res.status]).toEqual([route, 503]);
-        expect(await res.json()).toEqual({ error: 'dashboard_not_built', message: expect.stringContaining('run `npm run build`') });
+        expect(await res.json()).toEqual({
+          error: 'dashboard_not_built',
+          message: expect.stringContaining('run `npm run build`'),
+        });
       }
       // The API does not depend on the page.
       expect((await ts.api('GET', '/tasks')).status).toBe(200);
@@ -116,7 +131,8 @@ describe('GET /api/skills (the new-task form)', () => {
     expect(res.status).toBe(200);
     const names = res.body.skills.map((s: { name: string }) => s.name);
     expect(names).toEqual(expect.arrayContaining(['leader', 'worker']));
-    for (const skill of res.body.skills) expect(skill).toEqual({ name: expect.any(String), description: expect.stringMatching(/\S/) });
+    for (const skill of res.body.skills)
+      expect(skill).toEqual({ name: expect.any(String), description: expect.stringMatching(/\S/) });
     expect((await ts.api('GET', '/skills', undefined, '')).status).toBe(401);
   });
 });
@@ -129,7 +145,10 @@ interface SseEvent {
 /** `GET /api/tasks/stream`, read with a plain SSE parser: every event kept in order. */
 async function openTasksStream(ts: TestServer, token = ts.adminToken) {
   const controller = new AbortController();
-  const res = await fetch(`${ts.url}/api/tasks/stream`, { headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' }, signal: controller.signal });
+  const res = await fetch(`${ts.url}/api/tasks/stream`, {
+    headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' },
+    signal: controller.signal,
+  });
   const events: SseEvent[] = [];
   let wake: () => void = () => {};
   const parser = createParser({
@@ -163,7 +182,12 @@ async function openTasksStream(ts: TestServer, token = ts.adminToken) {
               return resolve(e.data);
             }
           }
-          void ended.then((how) => how !== 'refused' && taken >= events.length && reject(new Error(`stream ${how} before a matching ${name}`)));
+          void ended.then(
+            (how) =>
+              how !== 'refused' &&
+              taken >= events.length &&
+              reject(new Error(`stream ${how} before a matching ${name}`)),
+          );
         };
         wake = look;
         look();
@@ -218,21 +242,47 @@ describe('GET /api/tasks/stream', () => {
 
     // A new task: the list again, newest first, exactly as GET /api/tasks says.
     const second = await createTask(ts, { name: 'second', task: 'the second task' });
-    const withSecond = await stream.next('tasks', (d) => d.tasks.some((t: { task_id: string }) => t.task_id === second.task_id));
+    const withSecond = await stream.next('tasks', (d) =>
+      d.tasks.some((t: { task_id: string }) => t.task_id === second.task_id),
+    );
     expect(withSecond.tasks.map((t: { task_id: string }) => t.task_id)).toEqual([second.task_id, first.task_id]);
 
     // The second task's root asks the user: the question, with the asker's and the task's names.
     const root = await connectAgent(ts.url, second.token);
     agents.push(root);
-    const asking = root.call('ask_user', { questions: [{ question: 'Which colour?', header: 'Colour', multiSelect: false, options: [{ label: 'Blue', description: 'calm' }, { label: 'Red', description: 'loud' }] }] });
+    const asking = root.call('ask_user', {
+      questions: [
+        {
+          question: 'Which colour?',
+          header: 'Colour',
+          multiSelect: false,
+          options: [
+            { label: 'Blue', description: 'calm' },
+            { label: 'Red', description: 'loud' },
+          ],
+        },
+      ],
+    });
     const asked = await stream.next('questions', (d) => d.questions.length === 1);
     const pending = (await ts.api('GET', '/questions/pending')).body;
     expect(asked).toEqual({ questions: pending });
     const rootName = (await ts.api('GET', `/agents/${second.root_agent_id}`)).body.name as string;
-    expect(asked.questions[0]).toMatchObject({ task_id: second.task_id, task_name: 'second', asker_agent_id: second.root_agent_id, asker_name: rootName, subject_name: null });
+    expect(asked.questions[0]).toMatchObject({
+      task_id: second.task_id,
+      task_name: 'second',
+      asker_agent_id: second.root_agent_id,
+      asker_name: rootName,
+      subject_name: null,
+    });
 
     // Answered from the page: the list empties, and the asker has its answer.
-    expect((await ts.api('POST', `/questions/${asked.questions[0].qid}/answer`, { answers: [{ selected_labels: ['Blue'] }] })).status).toBe(200);
+    expect(
+      (
+        await ts.api('POST', `/questions/${asked.questions[0].qid}/answer`, {
+          answers: [{ selected_labels: ['Blue'] }],
+        })
+      ).status,
+    ).toBe(200);
     expect(await stream.next('questions', (d) => d.questions.length === 0)).toEqual({ questions: [] });
     expect((await asking).ok).toBe(true);
 
@@ -249,11 +299,16 @@ describe('GET /api/tasks/stream', () => {
     await one.next('tasks');
     const controller = new AbortController();
     streams.push(() => controller.abort());
-    const events = await fetch(`${ts.url}/api/tasks/${task.task_id}/events/stream`, { headers: { authorization: `Bearer ${ts.adminToken}` }, signal: controller.signal });
+    const events = await fetch(`${ts.url}/api/tasks/${task.task_id}/events/stream`, {
+      headers: { authorization: `Bearer ${ts.adminToken}` },
+      signal: controller.signal,
+    });
     expect(events.status).toBe(200);
     await until('two admin streams open', () => (ts.server.adminStreams() === 2 ? true : undefined));
 
-    const refused = await fetch(`${ts.url}/api/tasks/stream`, { headers: { authorization: `Bearer ${ts.adminToken}` } });
+    const refused = await fetch(`${ts.url}/api/tasks/stream`, {
+      headers: { authorization: `Bearer ${ts.adminToken}` },
+    });
     expect(refused.status).toBe(429);
     expect(await refused.json()).toEqual({
       error: 'limit_exceeded',
@@ -285,7 +340,10 @@ describe('GET /api/tasks/stream', () => {
 
   it('answers HEAD with the stream type and holds no place', async () => {
     ts = await startTestServer({ env: { BEIDOU_MAX_ADMIN_STREAMS: '1' } });
-    const head = await fetch(`${ts.url}/api/tasks/stream`, { method: 'HEAD', headers: { authorization: `Bearer ${ts.adminToken}` } });
+    const head = await fetch(`${ts.url}/api/tasks/stream`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${ts.adminToken}` },
+    });
     expect(head.status).toBe(200);
     expect(head.headers.get('content-type')).toMatch(/^text\/event-stream/);
     expect(ts.server.adminStreams()).toBe(0);

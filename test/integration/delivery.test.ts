@@ -6,7 +6,15 @@ import { StreamResumption } from '../../src/server/mcp/resumption.js';
 import { waitUntil, type AnyEvent } from '../support/events.js';
 import { until } from '../../src/testkit/poll.js';
 import { spawnServer, type ServerProcess } from '../support/process.js';
-import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { storedEvents } from '../support/store.js';
 
 /**
@@ -44,12 +52,22 @@ afterEach(async () => {
 });
 
 /** An HTTP request written on a raw socket that never reads its response (until destroyed). */
-function rawRequest(url: string, method: string, route: string, headers: Record<string, string>, body = ''): net.Socket {
+function rawRequest(
+  url: string,
+  method: string,
+  route: string,
+  headers: Record<string, string>,
+  body = '',
+): net.Socket {
   const { hostname, port } = new URL(url);
   const socket = net.connect(Number(port), hostname);
   sockets.push(socket);
   socket.on('error', () => undefined);
-  const lines = [`${method} ${route} HTTP/1.1`, `Host: ${hostname}:${port}`, `Content-Length: ${Buffer.byteLength(body)}`];
+  const lines = [
+    `${method} ${route} HTTP/1.1`,
+    `Host: ${hostname}:${port}`,
+    `Content-Length: ${Buffer.byteLength(body)}`,
+  ];
   for (const [k, v] of Object.entries(headers)) lines.push(`${k}: ${v}`);
   socket.write(`${lines.join('\r\n')}\r\n\r\n${body}`);
   return socket;
@@ -67,7 +85,11 @@ const MCP_HEADERS = (token: string, sessionId: string) => ({
 async function openSession(url: string, token: string): Promise<string> {
   const init = await fetch(`${url}/mcp`, {
     method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+    },
     body: JSON.stringify({
       jsonrpc: '2.0',
       id: 0,
@@ -87,7 +109,8 @@ async function openSession(url: string, token: string): Promise<string> {
   return sessionId;
 }
 
-const toolCall = (id: number, name: string, args: Record<string, unknown>) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
+const toolCall = (id: number, name: string, args: Record<string, unknown>) =>
+  JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
 
 /** Sends COUNT large messages from the user to the agent and returns their ids. */
 async function fill(send: (content: string) => Promise<string>): Promise<string[]> {
@@ -98,16 +121,28 @@ async function fill(send: (content: string) => Promise<string>): Promise<string[
 
 /** The first event after the messages were sent that takes them on their way (delivering today, agent_input before). */
 const handedOver = (ids: string[]) => (events: AnyEvent[]) =>
-  events.find((e) => (e.event === 'delivering' && ids.includes(e.message_ids[0])) || (e.event === 'agent_input' && ids.includes(e.message_id)));
+  events.find(
+    (e) =>
+      (e.event === 'delivering' && ids.includes(e.message_ids[0])) ||
+      (e.event === 'agent_input' && ids.includes(e.message_id)),
+  );
 
 describe('a reply that never reaches its client', () => {
   it('read_inbox: a connection dropped before the reply leaves every message in the inbox', async () => {
     ts = await startTestServer();
     const task = await createTask(ts);
-    const ids = await fill(async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id);
+    const ids = await fill(
+      async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id,
+    );
     const sessionId = await openSession(ts.url, task.token);
 
-    const socket = rawRequest(ts.url, 'POST', '/mcp', MCP_HEADERS(task.token, sessionId), toolCall(1, 'read_inbox', {}));
+    const socket = rawRequest(
+      ts.url,
+      'POST',
+      '/mcp',
+      MCP_HEADERS(task.token, sessionId),
+      toolCall(1, 'read_inbox', {}),
+    );
     await waitUntil(ts, task.task_id, handedOver(ids), { what: 'the read to take the messages' });
     socket.destroy();
 
@@ -123,7 +158,10 @@ describe('a reply that never reaches its client', () => {
 
     // A read that does reach its client delivers them, each once, marked as possibly seen.
     const read = await root.call('read_inbox');
-    expect(read.ok && read.value.messages.map((m: { message_id: string; redelivered?: true }) => [m.message_id, m.redelivered])).toEqual(ids.map((id) => [id, true]));
+    expect(
+      read.ok &&
+        read.value.messages.map((m: { message_id: string; redelivered?: true }) => [m.message_id, m.redelivered]),
+    ).toEqual(ids.map((id) => [id, true]));
     const delivered = await waitUntil(ts, task.task_id, (events) => {
       const inputs = events.filter((e) => e.event === 'agent_input');
       return inputs.length === COUNT ? inputs : undefined;
@@ -134,9 +172,17 @@ describe('a reply that never reaches its client', () => {
   it('a second read while the first reply is in flight gets none of its messages', async () => {
     ts = await startTestServer();
     const task = await createTask(ts);
-    const ids = await fill(async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id);
+    const ids = await fill(
+      async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id,
+    );
     const sessionId = await openSession(ts.url, task.token);
-    const socket = rawRequest(ts.url, 'POST', '/mcp', MCP_HEADERS(task.token, sessionId), toolCall(1, 'read_inbox', {}));
+    const socket = rawRequest(
+      ts.url,
+      'POST',
+      '/mcp',
+      MCP_HEADERS(task.token, sessionId),
+      toolCall(1, 'read_inbox', {}),
+    );
     await waitUntil(ts, task.task_id, handedOver(ids), { what: 'the first read to take the messages' });
 
     const root = await connectAgent(ts.url, task.token);
@@ -148,7 +194,9 @@ describe('a reply that never reaches its client', () => {
   it('the hook: a connection dropped before the reply leaves every message in the inbox, then marks them [redelivered]', async () => {
     ts = await startTestServer();
     const task = await createTask(ts);
-    const ids = await fill(async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id);
+    const ids = await fill(
+      async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id,
+    );
 
     const headers = { authorization: `Bearer ${task.token}`, 'content-type': 'application/json' };
     const socket = rawRequest(ts.url, 'POST', '/api/hook/post-tool-use', headers, '{}');
@@ -163,7 +211,9 @@ describe('a reply that never reaches its client', () => {
     const body = (await res.json()) as { messages: { message_id: string; redelivered?: true }[]; context: string };
     expect(body.messages.map((m) => m.message_id)).toEqual(ids);
     expect(body.messages.every((m) => m.redelivered === true)).toBe(true);
-    expect(body.context.startsWith(`New messages in your Beidou inbox:\n\n[redelivered] [from user (user)] 0 ${BIG}`)).toBe(true);
+    expect(
+      body.context.startsWith(`New messages in your Beidou inbox:\n\n[redelivered] [from user (user)] 0 ${BIG}`),
+    ).toBe(true);
   }, 60_000);
 });
 
@@ -181,7 +231,9 @@ describe('a crash between the reply and its record', () => {
       return (await res.json()) as any;
     };
     const task = await api(proc.url, '/tasks', { task: 'crash', spawn: false });
-    const ids = await fill(async (content) => (await api(proc!.url, `/agents/${task.root_agent_id}/send`, { content })).message_id);
+    const ids = await fill(
+      async (content) => (await api(proc!.url, `/agents/${task.root_agent_id}/send`, { content })).message_id,
+    );
     const sessionId = await openSession(proc.url, task.token);
     rawRequest(proc.url, 'POST', '/mcp', MCP_HEADERS(task.token, sessionId), toolCall(1, 'read_inbox', {}));
 
@@ -197,7 +249,10 @@ describe('a crash between the reply and its record', () => {
     const root = await connectAgent(proc.url, task.token);
     agents.push(root);
     const read = await root.call('read_inbox');
-    expect(read.ok && read.value.messages.map((m: { message_id: string; redelivered?: true }) => [m.message_id, m.redelivered])).toEqual(ids.map((id) => [id, true]));
+    expect(
+      read.ok &&
+        read.value.messages.map((m: { message_id: string; redelivered?: true }) => [m.message_id, m.redelivered]),
+    ).toEqual(ids.map((id) => [id, true]));
     expect(await root.call('read_inbox')).toMatchObject({ ok: true, value: { messages: [] } });
     const inputs = await until('the deliveries recorded', async () => {
       const found = (await onDisk()).filter((e) => e.event === 'agent_input');
@@ -208,7 +263,10 @@ describe('a crash between the reply and its record', () => {
 });
 
 /** Reads SSE events from a response body until `stop` says enough. */
-async function readEvents(body: ReadableStream<Uint8Array>, stop: (events: Record<string, string>[]) => boolean): Promise<Record<string, string>[]> {
+async function readEvents(
+  body: ReadableStream<Uint8Array>,
+  stop: (events: Record<string, string>[]) => boolean,
+): Promise<Record<string, string>[]> {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   const events: Record<string, string>[] = [];
@@ -244,7 +302,9 @@ describe('SSE resumability (MCP 2025-11-25)', () => {
     const res = await fetch(`${ts.url}/mcp`, {
       method: 'POST',
       headers: MCP_HEADERS(task.token, sessionId),
-      body: toolCall(7, 'ask_user', { questions: [{ question: 'Deadline?', header: 'Deadline', multiSelect: false, options: [] }] }),
+      body: toolCall(7, 'ask_user', {
+        questions: [{ question: 'Deadline?', header: 'Deadline', multiSelect: false, options: [] }],
+      }),
       signal: abort.signal,
     });
     // The stream opens with a priming event: an id, empty data, and a retry.
@@ -256,7 +316,9 @@ describe('SSE resumability (MCP 2025-11-25)', () => {
       const pending = await ts!.api('GET', '/questions/pending');
       return (pending.body as { qid: string }[])[0]?.qid;
     });
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'Friday' }] })).toMatchObject({ status: 200 });
+    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'Friday' }] })).toMatchObject({
+      status: 200,
+    });
 
     const resumed = await fetch(`${ts.url}/mcp`, {
       method: 'GET',
@@ -279,20 +341,33 @@ describe('SSE resumability (MCP 2025-11-25)', () => {
     const res = await fetch(`${ts.url}/mcp`, {
       method: 'POST',
       headers: MCP_HEADERS(task.token, sessionId),
-      body: toolCall(3, 'ask_user', { questions: [{ question: 'Deadline?', header: 'Deadline', multiSelect: false, options: [] }] }),
+      body: toolCall(3, 'ask_user', {
+        questions: [{ question: 'Deadline?', header: 'Deadline', multiSelect: false, options: [] }],
+      }),
       signal: abort.signal,
     });
     await readEvents(res.body!, (events) => events.length >= 1);
     abort.abort();
-    const qid = await until('the question at the gateway', async () => (await ts!.api('GET', '/questions/pending')).body[0]?.qid as string | undefined);
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'Monday' }] })).toMatchObject({ status: 200 });
-    const late = await waitUntil(ts, task.task_id, (events) => events.find((e) => e.event === 'inbox.posted' && e.content.startsWith(`[ANSWER ${qid}]`)));
+    const qid = await until(
+      'the question at the gateway',
+      async () => (await ts!.api('GET', '/questions/pending')).body[0]?.qid as string | undefined,
+    );
+    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'Monday' }] })).toMatchObject({
+      status: 200,
+    });
+    const late = await waitUntil(ts, task.task_id, (events) =>
+      events.find((e) => e.event === 'inbox.posted' && e.content.startsWith(`[ANSWER ${qid}]`)),
+    );
     expect(late.content).toBe(`[ANSWER ${qid}] Deadline: Monday`);
   }, 30_000);
 });
 
 describe('the stream event store', () => {
-  const message = (n: number, size = 10) => ({ jsonrpc: '2.0' as const, method: 'notifications/message', params: { n, pad: 'x'.repeat(size) } });
+  const message = (n: number, size = 10) => ({
+    jsonrpc: '2.0' as const,
+    method: 'notifications/message',
+    params: { n, pad: 'x'.repeat(size) },
+  });
 
   it('is bounded per session by count, bytes and age', async () => {
     let now = 1_000;

@@ -8,7 +8,15 @@ import { loadConfig } from '../../src/config.js';
 import { startServer, type BeidouServer } from '../../src/server/server.js';
 import { waitForEvent } from '../support/events.js';
 import { within } from '../../src/testkit/poll.js';
-import { connectAgent, createTask, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 /**
  * HTTP under hostile input and overload: what a client without
@@ -54,13 +62,20 @@ async function startLogged(env: Record<string, string> = {}) {
 }
 
 /** An HTTP request with headers fetch may not send (Host). */
-function rawHttp(url: string, headers: Record<string, string>, path = '/api/health'): Promise<{ status: number; body: any }> {
+function rawHttp(
+  url: string,
+  headers: Record<string, string>,
+  path = '/api/health',
+): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port: Number(new URL(url).port), path, headers, agent: false }, (res) => {
-      let text = '';
-      res.on('data', (d) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : undefined }));
-    });
+    const req = http.request(
+      { host: '127.0.0.1', port: Number(new URL(url).port), path, headers, agent: false },
+      (res) => {
+        let text = '';
+        res.on('data', (d) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : undefined }));
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -158,7 +173,17 @@ describe('resource limits: no token, no resources', () => {
     const root = await connectAgent(ts.url, task.token);
     agents.push(root);
     const asking = root.call('ask_user', {
-      questions: [{ question: 'Proceed?', header: 'Go', multiSelect: false, options: [{ label: 'Yes', description: 'go on' }, { label: 'No', description: 'stop' }] }],
+      questions: [
+        {
+          question: 'Proceed?',
+          header: 'Go',
+          multiSelect: false,
+          options: [
+            { label: 'Yes', description: 'go on' },
+            { label: 'No', description: 'stop' },
+          ],
+        },
+      ],
     });
     const asked = await waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked');
     await within(streamedEvent('question_asked'), 5_000, 'question_asked on the stream');
@@ -168,7 +193,9 @@ describe('resource limits: no token, no resources', () => {
     expect(await within(slow.closed, 5_000, 'slow body cut')).toMatch(/^HTTP\/1\.1 408 /);
 
     // Both long-lived responses are still there: the answer reaches the blocked call and the stream.
-    const answered = await ts.api('POST', `/questions/${asked.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] });
+    const answered = await ts.api('POST', `/questions/${asked.qid}/answer`, {
+      answers: [{ selected_labels: ['Yes'] }],
+    });
     expect(answered.status).toBe(200);
     const outcome = await within(asking, 5_000, 'ask_user answered');
     expect(outcome.ok).toBe(true);
@@ -193,7 +220,10 @@ describe('resource limits: no token, no resources', () => {
       await within(
         (async () => {
           for (;;) {
-            const again = rawSocket(s.server.url, 'GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n');
+            const again = rawSocket(
+              s.server.url,
+              'GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+            );
             if ((await again.closed).includes('"ok":true')) return;
           }
         })(),
@@ -208,7 +238,11 @@ describe('resource limits: no token, no resources', () => {
 
   describe('per-agent MCP session cap', () => {
     const initialize = async (token: string) => {
-      const res = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` }, body: JSON.stringify(INIT) });
+      const res = await fetch(`${ts.url}/mcp`, {
+        method: 'POST',
+        headers: { ...MCP_HEADERS, authorization: `Bearer ${token}` },
+        body: JSON.stringify(INIT),
+      });
       const text = await res.text();
       return { status: res.status, sessionId: res.headers.get('mcp-session-id'), text };
     };
@@ -226,7 +260,11 @@ describe('resource limits: no token, no resources', () => {
       const controller = new AbortController();
       streams.push(controller);
       const res = await fetch(`${ts.url}${path}`, {
-        headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream', ...(sessionId ? { 'mcp-session-id': sessionId } : {}) },
+        headers: {
+          authorization: `Bearer ${token}`,
+          accept: 'text/event-stream',
+          ...(sessionId ? { 'mcp-session-id': sessionId } : {}),
+        },
         signal: controller.signal,
       });
       return res.status;
@@ -362,7 +400,10 @@ describe('malformed requests: bad bodies, parameters and resume ids are 4xx, nev
     const head = (await ts.api('GET', `/tasks/${task.task_id}/events`)).body.cursor as number;
     const open = async (lastEventId: string) => {
       const controller = new AbortController();
-      const res = await fetch(url, { headers: { authorization: `Bearer ${ts.adminToken}`, 'last-event-id': lastEventId }, signal: controller.signal });
+      const res = await fetch(url, {
+        headers: { authorization: `Bearer ${ts.adminToken}`, 'last-event-id': lastEventId },
+        signal: controller.signal,
+      });
       const body = res.headers.get('content-type')?.includes('json') ? await res.json() : null;
       controller.abort();
       return { status: res.status, body };
@@ -408,10 +449,17 @@ describe('Host check: a page cannot borrow the server (Host and Origin against D
     ] as Array<Record<string, string>>) {
       const res = await rawHttp(url, headers);
       expect([headers, res.status]).toEqual([headers, 403]);
-      expect(res.body).toMatchObject({ error: 'forbidden_host', details: { header: headers.origin ? 'origin' : 'host' } });
+      expect(res.body).toMatchObject({
+        error: 'forbidden_host',
+        details: { header: headers.origin ? 'origin' : 'host' },
+      });
     }
     // The check comes before anything else, authenticated routes included.
-    const authed = await rawHttp(url, { host: 'evil.example', authorization: `Bearer ${server!.adminToken}` }, '/api/tasks');
+    const authed = await rawHttp(
+      url,
+      { host: 'evil.example', authorization: `Bearer ${server!.adminToken}` },
+      '/api/tasks',
+    );
     expect(authed.status).toBe(403);
     expect(lines.some((l) => WARNING.test(l.msg))).toBe(false);
   });

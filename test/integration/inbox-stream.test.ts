@@ -6,7 +6,17 @@ import { watchInbox, type WatchEnd } from '../../src/cli/wake/inbox-watch.js';
 import type { InboxSummary } from '../../src/domain/messages.js';
 import { waitForEvent } from '../support/events.js';
 import { until, within } from '../../src/testkit/poll.js';
-import { agentToken, connectAgent, createTask, FakeClock, removeHome, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  FakeClock,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { handSpawner } from '../support/spawner-stream.js';
 
 /**
@@ -42,7 +52,11 @@ interface InboxStream {
  * Opens the inbox stream with node:http (which sends what fetch will not: a body on a GET,
  * any header) and reads its events as they come.
  */
-function openInbox(url: string, token: string | null, o: { path?: string; headers?: Record<string, string>; body?: string; method?: string } = {}): Promise<InboxStream> {
+function openInbox(
+  url: string,
+  token: string | null,
+  o: { path?: string; headers?: Record<string, string>; body?: string; method?: string } = {},
+): Promise<InboxStream> {
   const { port } = new URL(url);
   return new Promise((resolve, reject) => {
     const req = http.request({
@@ -91,7 +105,10 @@ function openInbox(url: string, token: string | null, o: { path?: string; header
         close: () => req.destroy(),
         next: () =>
           new Promise<SseEvent>((ok, fail) => {
-            const timer = setTimeout(() => fail(new Error(`no event within ${WAIT_MS} ms; stream so far: ${text}`)), WAIT_MS);
+            const timer = setTimeout(
+              () => fail(new Error(`no event within ${WAIT_MS} ms; stream so far: ${text}`)),
+              WAIT_MS,
+            );
             const check = () => {
               if (queue.length > 0) {
                 clearTimeout(timer);
@@ -116,7 +133,12 @@ function openInbox(url: string, token: string | null, o: { path?: string; header
 /** An `inbox` event; `mcp` is how many MCP sessions the agent has open. */
 const inbox = (count: number, senders: Array<[string, string, number]>, latest: string | null, mcp = 0): SseEvent => ({
   event: 'inbox',
-  data: { count, senders: senders.map(([agent_id, name, count]) => ({ agent_id, name, count })), latest, mcp_sessions: mcp },
+  data: {
+    count,
+    senders: senders.map(([agent_id, name, count]) => ({ agent_id, name, count })),
+    latest,
+    mcp_sessions: mcp,
+  },
 });
 const EMPTY = inbox(0, [], null);
 /** The empty inbox of an agent with `mcp` MCP sessions open (a root connected by rootAndMember has one). */
@@ -158,7 +180,10 @@ function watch(server: string, token: string) {
   });
   const take = <T>(list: T[], what: string) =>
     new Promise<T>((ok, fail) => {
-      const timer = setTimeout(() => fail(new Error(`no ${what} within ${WAIT_MS} ms (troubles: ${troubles.join('; ')})`)), WAIT_MS);
+      const timer = setTimeout(
+        () => fail(new Error(`no ${what} within ${WAIT_MS} ms (troubles: ${troubles.join('; ')})`)),
+        WAIT_MS,
+      );
       const check = () => {
         if (list.length === 0) return;
         clearTimeout(timer);
@@ -245,10 +270,23 @@ describe('the inbox stream', () => {
 
       const fromUser = await send(task.root_agent_id, 'SECRET-from-the-user: the launch code is 1234');
       expect(await stream.next()).toEqual(inbox(1, [['user', 'user', 1]], fromUser, 1));
-      const sent = await member.call('send_message', { to: task.root_agent_id, content: 'SECRET-from-the-helper: password hunter2' });
+      const sent = await member.call('send_message', {
+        to: task.root_agent_id,
+        content: 'SECRET-from-the-helper: password hunter2',
+      });
       expect(sent.ok).toBe(true);
       const fromHelper = sent.ok ? (sent.value.message_id as string) : '';
-      expect(await stream.next()).toEqual(inbox(2, [['user', 'user', 1], [ids[0]!, names[0]!, 1]], fromHelper, 1));
+      expect(await stream.next()).toEqual(
+        inbox(
+          2,
+          [
+            ['user', 'user', 1],
+            [ids[0]!, names[0]!, 1],
+          ],
+          fromHelper,
+          1,
+        ),
+      );
 
       // What changes nothing in this inbox sends nothing: a peek, mail to someone else. The
       // next event is the next change (so no repeat of the last summary came in between).
@@ -256,7 +294,10 @@ describe('the inbox stream', () => {
       await send(ids[0]!, 'SECRET-to-the-helper');
       expect((await root.call('send_message', { to: ids[0]!, content: 'SECRET-from-the-root' })).ok).toBe(true);
       const taken = await root.call('read_inbox');
-      expect(taken.ok && taken.value.messages.map((m: { message_id: string }) => m.message_id)).toEqual([fromUser, fromHelper]);
+      expect(taken.ok && taken.value.messages.map((m: { message_id: string }) => m.message_id)).toEqual([
+        fromUser,
+        fromHelper,
+      ]);
       expect(await stream.next()).toEqual(emptyWith(1));
 
       // Counts per sender, senders in the order of their oldest waiting message.
@@ -265,12 +306,25 @@ describe('the inbox stream', () => {
       const h1 = await member.call('send_message', { to: task.root_agent_id, content: 'SECRET-b' });
       expect((await stream.next()).data.latest).toBe(h1.ok && h1.value.message_id);
       const u2 = await send(task.root_agent_id, 'SECRET-c');
-      expect(await stream.next()).toEqual(inbox(3, [['user', 'user', 2], [ids[0]!, names[0]!, 1]], u2, 1));
+      expect(await stream.next()).toEqual(
+        inbox(
+          3,
+          [
+            ['user', 'user', 2],
+            [ids[0]!, names[0]!, 1],
+          ],
+          u2,
+          1,
+        ),
+      );
 
       expect(stream.raw()).toContain('event:inbox');
       expect(stream.raw()).not.toContain('SECRET');
       // Names and counts only: every event's data has exactly these keys.
-      for (const line of stream.raw().split('\n').filter((l) => l.startsWith('data:'))) {
+      for (const line of stream
+        .raw()
+        .split('\n')
+        .filter((l) => l.startsWith('data:'))) {
         const data = JSON.parse(line.slice(5));
         expect(Object.keys(data).sort()).toEqual(['count', 'latest', 'mcp_sessions', 'senders']);
         for (const s of data.senders) expect(Object.keys(s).sort()).toEqual(['agent_id', 'count', 'name']);
@@ -289,7 +343,9 @@ describe('the inbox stream', () => {
         socket.on('data', (d) => (seen += d));
         socket.on('error', () => undefined);
         socket.on('close', () => resolve(seen));
-        socket.write(`POST /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${ts!.adminToken}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
+        socket.write(
+          `POST /api/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${ts!.adminToken}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`,
+        );
       });
       expect(slow).toMatch(/^HTTP\/1\.1 408 /);
       const id = await send(task.root_agent_id, 'still there?');
@@ -312,7 +368,7 @@ describe('the inbox stream', () => {
       expect(await memberStream.closed).toBe(true);
     });
 
-    it('a leader terminating a child no spawner runs: the child\'s stream ends, the leader\'s goes on', async () => {
+    it("a leader terminating a child no spawner runs: the child's stream ends, the leader's goes on", async () => {
       ts = await startTestServer();
       const { task, root, ids, tokens } = await rootAndMember();
       const childStream = await open(tokens[0]!);
@@ -351,7 +407,11 @@ describe('the inbox stream', () => {
       clock.advance(5);
       expect(await lostStream.next()).toEqual({ event: 'ended', data: { reason: 'agent_terminated' } });
       await lostStream.closed;
-      const consumed = await waitForEvent(ts, task.task_id, (e) => e.event === 'terminate.consumed' && e.agent_id === ids[1]);
+      const consumed = await waitForEvent(
+        ts,
+        task.task_id,
+        (e) => e.event === 'terminate.consumed' && e.agent_id === ids[1],
+      );
       expect(consumed.via).toBe('server');
     });
 
@@ -392,7 +452,7 @@ describe('the inbox stream', () => {
   });
 
   describe('who may open it', () => {
-    it('agent tokens only; a terminated agent\'s is refused agent_terminated', async () => {
+    it("agent tokens only; a terminated agent's is refused agent_terminated", async () => {
       ts = await startTestServer();
       const { task, root, ids, tokens } = await rootAndMember();
       const spawnerToken = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
@@ -429,7 +489,11 @@ describe('the inbox stream', () => {
       expect((await root.call('terminate_child', { agent_id: ids[0], force: true })).ok).toBe(true);
       expect(await child.end).toEqual({ kind: 'ended', reason: 'agent_terminated' });
       // Its token is dead now: a new watch is refused, not retried forever.
-      expect(await watch(ts.url, tokens[0]!).end).toMatchObject({ kind: 'refused', status: 401, message: expect.stringMatching(/^agent_terminated: /) });
+      expect(await watch(ts.url, tokens[0]!).end).toMatchObject({
+        kind: 'refused',
+        status: 401,
+        message: expect.stringMatching(/^agent_terminated: /),
+      });
 
       const other = watch(ts.url, tokens[1]!);
       expect(await other.summary()).toEqual(EMPTY.data);
@@ -546,7 +610,15 @@ describe('the inbox stream', () => {
         expect(await s.next(), what).toEqual(EMPTY);
         s.close();
       };
-      for (const query of ['?padding=1', '?evs_preamble=1', '?lastEventId=%00%ff', '?evs_last_event_id=' + 'x'.repeat(4000), '?x[y][z]=1&x=2&__proto__[a]=1', '?%E0%A4%A', '?since=-1&limit=abc']) {
+      for (const query of [
+        '?padding=1',
+        '?evs_preamble=1',
+        '?lastEventId=%00%ff',
+        '?evs_last_event_id=' + 'x'.repeat(4000),
+        '?x[y][z]=1&x=2&__proto__[a]=1',
+        '?%E0%A4%A',
+        '?since=-1&limit=abc',
+      ]) {
         await ok({ path: ROUTE + query }, query);
       }
       for (const id of ['garbage', '-1', '99999999999999999999999', 'x'.repeat(8000), '\u00ff\u00fe latin-1', '']) {
@@ -587,7 +659,10 @@ describe('the inbox stream', () => {
       const before = timers();
       const opened: InboxStream[] = [];
       for (const body of [undefined, '{}', '{"a": 1}', undefined, '[]']) {
-        const s = await open(task.token, body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body });
+        const s = await open(
+          task.token,
+          body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body },
+        );
         expect(await s.next()).toEqual(EMPTY);
         opened.push(s);
       }

@@ -1,7 +1,16 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { CallToolResultSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { durableEvents } from '../support/events.js';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+  type ToolOutcome,
+} from '../support/server.js';
 
 /**
  * Bad input as a tool error (never a JSON-RPC internal error): `arguments`
@@ -9,7 +18,13 @@ import { agentToken, connectAgent, createTask, removeHome, startTestServer, type
  * pattern every id, role and name an agent supplies must match. Real server, real MCP client.
  */
 
-const planTask = (id: string, depends_on: string[] = []) => ({ id, role: 'writer', skill: 'worker', task: `do ${id}`, depends_on });
+const planTask = (id: string, depends_on: string[] = []) => ({
+  id,
+  role: 'writer',
+  skill: 'worker',
+  task: `do ${id}`,
+  depends_on,
+});
 
 function expectInvalid(outcome: ToolOutcome, field: string): void {
   expect(outcome).toMatchObject({ ok: false, error: { error: 'invalid_input', details: { field } } });
@@ -29,7 +44,10 @@ describe('input validation', () => {
 
   /** A raw tools/call, bypassing the helper's typed arguments. */
   async function rawCall(agent: TestAgent, params: Record<string, unknown>): Promise<CallToolResult> {
-    return (await agent.client.request({ method: 'tools/call', params } as never, CallToolResultSchema)) as CallToolResult;
+    return (await agent.client.request(
+      { method: 'tools/call', params } as never,
+      CallToolResultSchema,
+    )) as CallToolResult;
   }
 
   afterEach(async () => {
@@ -56,7 +74,10 @@ describe('input validation', () => {
     for (const params of [{ arguments: {} }, { name: { x: 1 }, arguments: {} }, { name: 42 }, { name: null }]) {
       const result = await rawCall(root, params);
       expect(result.isError, JSON.stringify(params)).toBe(true);
-      expect(JSON.parse((result.content[0] as { text: string }).text)).toMatchObject({ error: 'invalid_input', details: { field: 'name' } });
+      expect(JSON.parse((result.content[0] as { text: string }).text)).toMatchObject({
+        error: 'invalid_input',
+        details: { field: 'name' },
+      });
     }
     // A tool without required input still accepts absent arguments.
     const listed = await rawCall(root, { name: 'list_peers' });
@@ -66,7 +87,11 @@ describe('input validation', () => {
 
   it('a __proto__ input key is refused like any unknown field (MCP and REST)', async () => {
     const { ts, task, root } = await setUp();
-    const team = await root.call('create_team', { name: 'crew', task: 'x', roles: [{ role: 'a', skill: 'worker', description: 'a' }] });
+    const team = await root.call('create_team', {
+      name: 'crew',
+      task: 'x',
+      roles: [{ role: 'a', skill: 'worker', description: 'a' }],
+    });
     if (!team.ok) throw new Error('create_team failed');
     const childId = team.value.members[0].agent_id as string;
     const before = durableEvents(ts, task.task_id);
@@ -115,25 +140,52 @@ describe('input validation', () => {
       ['declare_plan', { tasks: [planTask('.hidden')] }, 'tasks[0].id'],
       ['declare_plan', { tasks: [planTask('x'.repeat(65))] }, 'tasks[0].id'],
       ['declare_plan', { tasks: [{ ...planTask('a'), role: 'two words' }] }, 'tasks[0].role'],
-      ['create_team', { name: '../crew', task: 'x', roles: [{ role: 'a', skill: 'worker', description: 'a' }] }, 'name'],
-      ['create_team', { name: 'crew', task: 'x', roles: [{ role: 'a\nb', skill: 'worker', description: 'a' }] }, 'roles[0].role'],
+      [
+        'create_team',
+        { name: '../crew', task: 'x', roles: [{ role: 'a', skill: 'worker', description: 'a' }] },
+        'name',
+      ],
+      [
+        'create_team',
+        { name: 'crew', task: 'x', roles: [{ role: 'a\nb', skill: 'worker', description: 'a' }] },
+        'roles[0].role',
+      ],
       ['spawn_agent', { task_id: '../x' }, 'task_id'],
       ['send_message', { to: '../ag', content: 'hi' }, 'to'],
       ['terminate_child', { agent_id: '' }, 'agent_id'],
       ['answer_question', { qid: 'q/1', answers: [{ text: 'x' }], reason: 'r' }, 'qid'],
       ['escalate_question', { qid: ' q', reason: 'r' }, 'qid'],
       // Dependencies per plan task are bounded, so one plan stays a short request.
-      ['declare_plan', { tasks: [...Array.from({ length: 51 }, (_, i) => planTask(`d${i}`)), planTask('z', Array.from({ length: 51 }, (_, i) => `d${i}`))] }, 'tasks[51].depends_on'],
+      [
+        'declare_plan',
+        {
+          tasks: [
+            ...Array.from({ length: 51 }, (_, i) => planTask(`d${i}`)),
+            planTask(
+              'z',
+              Array.from({ length: 51 }, (_, i) => `d${i}`),
+            ),
+          ],
+        },
+        'tasks[51].depends_on',
+      ],
     ];
     for (const [tool, args, field] of cases) expectInvalid(await root.call(tool, args), field);
     // A dependency can only name an id of the plan, so any other is simply unknown.
-    expect(await root.call('declare_plan', { tasks: [planTask('a'), planTask('b', ['../a'])] })).toMatchObject({ ok: false, error: { error: 'unknown_dep' } });
+    expect(await root.call('declare_plan', { tasks: [planTask('a'), planTask('b', ['../a'])] })).toMatchObject({
+      ok: false,
+      error: { error: 'unknown_dep' },
+    });
     expect(durableEvents(ts, task.task_id)).toEqual(before);
 
     // The longest and the most varied accepted forms.
     const fifty = Array.from({ length: 50 }, (_, i) => `d${i}`);
     const ok = await root.call('declare_plan', {
-      tasks: [planTask('x'.repeat(64)), planTask('A.b_c-9', ['x'.repeat(64), ...fifty.slice(1)]), ...fifty.map((id) => planTask(id))],
+      tasks: [
+        planTask('x'.repeat(64)),
+        planTask('A.b_c-9', ['x'.repeat(64), ...fifty.slice(1)]),
+        ...fifty.map((id) => planTask(id)),
+      ],
     });
     expect(ok.ok).toBe(true);
   });
@@ -149,7 +201,18 @@ describe('input validation', () => {
         owner_agent_id: task.root_agent_id,
         team_id: null,
         plan_path: '/nowhere/pl_old.json',
-        tasks: [{ id: odd, role: 'a role', skill: 'worker', depends_on: [], status: 'ready', task: 't', description: '', model: null }],
+        tasks: [
+          {
+            id: odd,
+            role: 'a role',
+            skill: 'worker',
+            depends_on: [],
+            status: 'ready',
+            task: 't',
+            description: '',
+            model: null,
+          },
+        ],
       },
     ]);
     const home = first.home;

@@ -5,7 +5,15 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { INSTRUCTIONS_MAX_CHARS, launchPromptText } from '../../src/server/mcp/launch-prompt.js';
 import { durableEvents, eventsNamed } from '../support/events.js';
 import { until } from '../../src/testkit/poll.js';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 /**
  * Every agent, however it connects, is told who it is and what to do: a brief in the
@@ -41,7 +49,9 @@ describe('the launch prompt over MCP', () => {
     const name = ts.server.services.registry.agent(task.root_agent_id)!.name;
 
     const instructions = root.client.getInstructions()!;
-    expect(instructions).toContain(`You are agent ${name} (${task.root_agent_id}) in Beidou task ${task.task_id}, the root agent`);
+    expect(instructions).toContain(
+      `You are agent ${name} (${task.root_agent_id}) in Beidou task ${task.task_id}, the root agent`,
+    );
     expect(instructions).toContain('Your skill: leader (Leads a task or a team;');
     expect(instructions).toContain('/mcp__beidou__launch');
     expect(instructions.endsWith('Your task:\nWrite a haiku about the sea into haiku.md')).toBe(true);
@@ -75,7 +85,15 @@ describe('the launch prompt over MCP', () => {
     const task = await createTask(ts, { task: 'Ship the product', spawn: false });
     const root = await connect(task.token);
     const plan = await root.call('declare_plan', {
-      tasks: [{ id: 'docs', role: 'writer', skill: 'worker', task: 'Document the install steps in INSTALL.md', description: 'Writes the docs.' }],
+      tasks: [
+        {
+          id: 'docs',
+          role: 'writer',
+          skill: 'worker',
+          task: 'Document the install steps in INSTALL.md',
+          description: 'Writes the docs.',
+        },
+      ],
     });
     expect(plan.ok).toBe(true);
     const spawned = await root.call('spawn_agent', { task_id: 'docs' });
@@ -95,11 +113,13 @@ describe('the launch prompt over MCP', () => {
     expect(root.client.getInstructions()).not.toContain('INSTALL.md');
 
     const [launch] = eventsNamed(durableEvents(ts, task.task_id), 'launch.requested', (e) => e.agent_id === childId);
-    expect(await promptText(child)).toBe(launchPromptText({ prompt: launch!.prompt, first_message: launch!.first_message }));
+    expect(await promptText(child)).toBe(
+      launchPromptText({ prompt: launch!.prompt, first_message: launch!.first_message }),
+    );
     expect(launch!.prompt).toContain('Writes the docs.'); // the worker skill's {role_description}
   });
 
-  it('keeps the instructions under Claude Code\'s 2,048-character cut; the whole task is in the prompt', async () => {
+  it("keeps the instructions under Claude Code's 2,048-character cut; the whole task is in the prompt", async () => {
     ts = await startTestServer();
     const long = `START ${'the sea, the tide, the shore. '.repeat(400)} END-OF-TASK`;
     const task = await createTask(ts, { task: long, spawn: false });
@@ -127,7 +147,10 @@ describe('the launch prompt over MCP', () => {
     ts = await startTestServer();
     const dir = path.join(ts.home, 'skills', 'poet');
     mkdirSync(dir, { recursive: true });
-    writeFileSync(path.join(dir, 'SKILL.md'), '---\nname: poet\ndescription: Writes poems.\n---\nYou are {role}, a poet.\n');
+    writeFileSync(
+      path.join(dir, 'SKILL.md'),
+      '---\nname: poet\ndescription: Writes poems.\n---\nYou are {role}, a poet.\n',
+    );
     const task = await createTask(ts, { task: 'a sonnet', skill: 'poet', spawn: false });
     const before = await connect(task.token);
     expect(before.client.getInstructions()).toContain('Your skill: poet (Writes poems.)');
@@ -135,7 +158,9 @@ describe('the launch prompt over MCP', () => {
 
     rmSync(dir, { recursive: true });
     const after = await connect(task.token);
-    expect(after.client.getInstructions()).toContain('Your skill: poet, which does not load now (the skill "poet" of agent');
+    expect(after.client.getInstructions()).toContain(
+      'Your skill: poet, which does not load now (the skill "poet" of agent',
+    );
     expect(after.client.getInstructions()).toContain('Your task:\na sonnet');
     const err = await after.client.getPrompt({ name: 'launch' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(McpError);
@@ -149,8 +174,13 @@ describe('the launch prompt over MCP', () => {
     const root = await connect(task.token);
     expect(await promptText(root)).toContain(task.root_agent_id);
     expect((await ts.api('POST', `/tasks/${task.task_id}/terminate`, {})).status).toBe(200);
-    await until('the terminated root\'s session to be closed', async () =>
-      (await root.client.getPrompt({ name: 'launch' }).then(() => undefined, (e: Error) => e.message)),
+    await until(
+      "the terminated root's session to be closed",
+      async () =>
+        await root.client.getPrompt({ name: 'launch' }).then(
+          () => undefined,
+          (e: Error) => e.message,
+        ),
     );
     const refused = await connectAgent(ts.url, task.token).then(
       () => 'connected',

@@ -27,7 +27,13 @@ const SETTINGS = {
 };
 
 const role = (name: string) => ({ role: name, skill: 'worker', description: `the ${name} part` });
-const planTask = (id: string, depends_on: string[] = []) => ({ id, role: `r-${id}`, skill: 'worker', task: `do ${id}`, depends_on });
+const planTask = (id: string, depends_on: string[] = []) => ({
+  id,
+  role: `r-${id}`,
+  skill: 'worker',
+  task: `do ${id}`,
+  depends_on,
+});
 const FREE = { question: 'Which way?', header: '', multiSelect: false, options: [] };
 
 function expectError(outcome: ToolOutcome, code: string, details: Record<string, unknown> = {}): void {
@@ -62,7 +68,8 @@ describe('limits: quotas and content caps', () => {
     const { task, root } = await rootOf(s);
     const created = value(await root.call('create_team', { name: 'crew', task: 'build', roles: roles.map(role) }));
     const members: Array<{ id: string; client: TestAgent }> = [];
-    for (const m of created.members as Array<{ agent_id: string }>) members.push({ id: m.agent_id, client: await connect(s, await agentToken(s, m.agent_id)) });
+    for (const m of created.members as Array<{ agent_id: string }>)
+      members.push({ id: m.agent_id, client: await connect(s, await agentToken(s, m.agent_id)) });
     return { task, root, members };
   }
   /** The task's log and its view, to compare before and after a refusal. */
@@ -87,14 +94,20 @@ describe('limits: quotas and content caps', () => {
     const s = await start();
     const { task, root } = await rootOf(s);
     const before = await snapshot(s, task.task_id);
-    expectError(await root.call('create_team', { name: 'big', task: 'x', roles: ['a', 'b', 'c', 'd'].map(role) }), 'limit_exceeded', {
-      limit: 'plan_tasks',
-      max: 3,
-      setting: 'BEIDOU_MAX_PLAN_TASKS',
-    });
+    expectError(
+      await root.call('create_team', { name: 'big', task: 'x', roles: ['a', 'b', 'c', 'd'].map(role) }),
+      'limit_exceeded',
+      {
+        limit: 'plan_tasks',
+        max: 3,
+        setting: 'BEIDOU_MAX_PLAN_TASKS',
+      },
+    );
     expect(await snapshot(s, task.task_id)).toEqual(before);
     // At the cap it is allowed.
-    expect(value(await root.call('create_team', { name: 'ok', task: 'x', roles: ['a', 'b', 'c'].map(role) })).members).toHaveLength(3);
+    expect(
+      value(await root.call('create_team', { name: 'ok', task: 'x', roles: ['a', 'b', 'c'].map(role) })).members,
+    ).toHaveLength(3);
   });
 
   it('declare_plan with more tasks than BEIDOU_MAX_PLAN_TASKS is refused with limit_exceeded plan_tasks, no plan file written', async () => {
@@ -102,7 +115,11 @@ describe('limits: quotas and content caps', () => {
     const { task, root } = await rootOf(s);
     const before = await snapshot(s, task.task_id);
     const tasks = [planTask('a'), planTask('b', ['a']), planTask('c', ['a']), planTask('d', ['b', 'c'])];
-    expectError(await root.call('declare_plan', { tasks }), 'limit_exceeded', { limit: 'plan_tasks', max: 3, setting: 'BEIDOU_MAX_PLAN_TASKS' });
+    expectError(await root.call('declare_plan', { tasks }), 'limit_exceeded', {
+      limit: 'plan_tasks',
+      max: 3,
+      setting: 'BEIDOU_MAX_PLAN_TASKS',
+    });
     expect(await snapshot(s, task.task_id)).toEqual(before);
     expect(await storedPlans(s.home, task.task_id)).toEqual([]);
     expect(value(await root.call('declare_plan', { tasks: tasks.slice(0, 3) })).tasks).toHaveLength(3);
@@ -114,18 +131,25 @@ describe('limits: quotas and content caps', () => {
     // Root + 2 = 3 agents; two more would be 5, past the cap of 4.
     value(await root.call('create_team', { name: 'one', task: 'x', roles: ['a', 'b'].map(role) }));
     let before = await snapshot(s, task.task_id);
-    expectError(await root.call('create_team', { name: 'two', task: 'x', roles: ['c', 'd'].map(role) }), 'limit_exceeded', {
-      limit: 'agents_per_task',
-      max: 4,
-      setting: 'BEIDOU_MAX_AGENTS_PER_TASK',
-    });
+    expectError(
+      await root.call('create_team', { name: 'two', task: 'x', roles: ['c', 'd'].map(role) }),
+      'limit_exceeded',
+      {
+        limit: 'agents_per_task',
+        max: 4,
+        setting: 'BEIDOU_MAX_AGENTS_PER_TASK',
+      },
+    );
     expect(await snapshot(s, task.task_id)).toEqual(before);
     // One more reaches the cap exactly; a member's spawn_agent past it is refused too.
     const third = value(await root.call('create_team', { name: 'two', task: 'x', roles: [role('c')] }));
     const member = await connect(s, await agentToken(s, third.members[0].agent_id));
     value(await member.call('declare_plan', { tasks: [planTask('t1')] }));
     before = await snapshot(s, task.task_id);
-    expectError(await member.call('spawn_agent', { task_id: 't1' }), 'limit_exceeded', { limit: 'agents_per_task', max: 4 });
+    expectError(await member.call('spawn_agent', { task_id: 't1' }), 'limit_exceeded', {
+      limit: 'agents_per_task',
+      max: 4,
+    });
     expect(await snapshot(s, task.task_id)).toEqual(before);
   });
 
@@ -143,7 +167,10 @@ describe('limits: quotas and content caps', () => {
     expect(await snapshot(s, task.task_id)).toEqual(before);
     value(await root.call('declare_plan', { tasks: [planTask('t1')] }));
     const declared = await snapshot(s, task.task_id);
-    expectError(await root.call('spawn_agent', { task_id: 't1' }), 'limit_exceeded', { limit: 'teams_per_leader', max: 2 });
+    expectError(await root.call('spawn_agent', { task_id: 't1' }), 'limit_exceeded', {
+      limit: 'teams_per_leader',
+      max: 2,
+    });
     expect(await snapshot(s, task.task_id)).toEqual(declared);
   });
 
@@ -155,19 +182,55 @@ describe('limits: quotas and content caps', () => {
     const tooLarge = (field: string) => ({ field, max: 100, setting: 'BEIDOU_MAX_CONTENT_CHARS' });
     const before = await snapshot(s, task.task_id);
 
-    expectError(await a.client.call('send_message', { to: b.id, content: big }), 'content_too_large', tooLarge('content'));
-    expectError(await a.client.call('signal_review', { detail: `[REVIEW REQUIRED] ${big}` }), 'content_too_large', tooLarge('detail'));
+    expectError(
+      await a.client.call('send_message', { to: b.id, content: big }),
+      'content_too_large',
+      tooLarge('content'),
+    );
+    expectError(
+      await a.client.call('signal_review', { detail: `[REVIEW REQUIRED] ${big}` }),
+      'content_too_large',
+      tooLarge('detail'),
+    );
     expectError(await a.client.call('request_termination', { detail: big }), 'content_too_large', tooLarge('detail'));
-    expectError(await a.client.call('ask_user', { questions: [FREE], context: big }), 'content_too_large', tooLarge('context'));
-    expectError(await a.client.call('ask_user', { questions: [{ ...FREE, question: big }] }), 'content_too_large', tooLarge('questions'));
+    expectError(
+      await a.client.call('ask_user', { questions: [FREE], context: big }),
+      'content_too_large',
+      tooLarge('context'),
+    );
+    expectError(
+      await a.client.call('ask_user', { questions: [{ ...FREE, question: big }] }),
+      'content_too_large',
+      tooLarge('questions'),
+    );
     // What a leader hands the agents it creates: their first message and their prompt.
     const member = { role: 'm', skill: 'worker', description: 'm' };
-    expectError(await a.client.call('create_team', { name: 'crew', task: big, roles: [member] }), 'content_too_large', tooLarge('task'));
-    expectError(await a.client.call('create_team', { name: 'crew', task: 't', roles: [{ ...member, description: big }] }), 'content_too_large', tooLarge('roles[0].description'));
-    expectError(await a.client.call('create_team', { name: 'crew', task: 't', roles: [member], rules: ['r', big] }), 'content_too_large', tooLarge('rules'));
+    expectError(
+      await a.client.call('create_team', { name: 'crew', task: big, roles: [member] }),
+      'content_too_large',
+      tooLarge('task'),
+    );
+    expectError(
+      await a.client.call('create_team', { name: 'crew', task: 't', roles: [{ ...member, description: big }] }),
+      'content_too_large',
+      tooLarge('roles[0].description'),
+    );
+    expectError(
+      await a.client.call('create_team', { name: 'crew', task: 't', roles: [member], rules: ['r', big] }),
+      'content_too_large',
+      tooLarge('rules'),
+    );
     const planTask = { id: 'p', role: 'p', skill: 'worker', task: 't' };
-    expectError(await a.client.call('declare_plan', { tasks: [{ ...planTask, task: big }] }), 'content_too_large', tooLarge('tasks[0].task'));
-    expectError(await a.client.call('declare_plan', { tasks: [{ ...planTask, description: big }] }), 'content_too_large', tooLarge('tasks[0].description'));
+    expectError(
+      await a.client.call('declare_plan', { tasks: [{ ...planTask, task: big }] }),
+      'content_too_large',
+      tooLarge('tasks[0].task'),
+    );
+    expectError(
+      await a.client.call('declare_plan', { tasks: [{ ...planTask, description: big }] }),
+      'content_too_large',
+      tooLarge('tasks[0].description'),
+    );
     const rest = await s.api('POST', `/agents/${a.id}/send`, { content: big });
     expect(rest).toMatchObject({ status: 413, body: { error: 'content_too_large', details: tooLarge('content') } });
     expect(await snapshot(s, task.task_id)).toEqual(before);
@@ -179,12 +242,19 @@ describe('limits: quotas and content caps', () => {
     const asking = a.client.call('ask_user', { questions: [FREE] });
     const asked = await waitForEvent(s, task.task_id, (e) => e.event === 'question_asked' && e.asker === a.id);
     const held = await snapshot(s, task.task_id);
-    expectError(await root.call('answer_question', { qid: asked.qid, answers: [{ text: big }], reason: 'I know' }), 'content_too_large', tooLarge('answers[0].text'));
+    expectError(
+      await root.call('answer_question', { qid: asked.qid, answers: [{ text: big }], reason: 'I know' }),
+      'content_too_large',
+      tooLarge('answers[0].text'),
+    );
     expect(await snapshot(s, task.task_id)).toEqual(held);
     value(await root.call('escalate_question', { qid: asked.qid, reason: 'ask the user' }));
     const escalated = await snapshot(s, task.task_id);
     const answer = await s.api('POST', `/questions/${asked.qid}/answer`, { answers: [{ text: big }] });
-    expect(answer).toMatchObject({ status: 413, body: { error: 'content_too_large', details: tooLarge('answers[0].text') } });
+    expect(answer).toMatchObject({
+      status: 413,
+      body: { error: 'content_too_large', details: tooLarge('answers[0].text') },
+    });
     expect(await snapshot(s, task.task_id)).toEqual(escalated);
     expect((await s.api('POST', `/questions/${asked.qid}/answer`, { answers: [{ text: 'left' }] })).status).toBe(200);
     expect(value(await asking).answer_text).toBe('left');
@@ -216,7 +286,11 @@ describe('limits: quotas and content caps', () => {
     const [a, b] = members as [{ id: string; client: TestAgent }, { id: string; client: TestAgent }];
     value(await b.client.call('send_message', { to: task.root_agent_id, content: 'z'.repeat(40) }));
     const before = await snapshot(s, task.task_id);
-    expectError(await a.client.call('signal_review', { detail: '[REVIEW REQUIRED] more than twenty chars' }), 'inbox_full', { max_chars: 60 });
+    expectError(
+      await a.client.call('signal_review', { detail: '[REVIEW REQUIRED] more than twenty chars' }),
+      'inbox_full',
+      { max_chars: 60 },
+    );
     expect(await snapshot(s, task.task_id)).toEqual(before);
   });
 
@@ -227,11 +301,19 @@ describe('limits: quotas and content caps', () => {
     const [a] = members as [{ id: string; client: TestAgent }];
     for (const n of [1, 2, 3]) value(await a.client.call('signal_review', { detail: `[REVIEW REQUIRED] report ${n}` }));
 
-    const peek = value(await root.call('read_inbox', { peek: true })).messages as Array<{ kind: string; content: string; from: string }>;
-    expect(peek.map((m) => [m.kind, m.from, m.content])).toEqual([['review_report', a.id, '[REVIEW REQUIRED] report 3']]);
+    const peek = value(await root.call('read_inbox', { peek: true })).messages as Array<{
+      kind: string;
+      content: string;
+      from: string;
+    }>;
+    expect(peek.map((m) => [m.kind, m.from, m.content])).toEqual([
+      ['review_report', a.id, '[REVIEW REQUIRED] report 3'],
+    ]);
     const rootView = await s.api('GET', `/agents/${task.root_agent_id}`);
     expect(rootView.body).toMatchObject({ inbox_depth: 1 });
-    const withdrawn = (await snapshot(s, task.task_id)).events.filter((e: { event: string }) => e.event === 'inbox.withdrawn');
+    const withdrawn = (await snapshot(s, task.task_id)).events.filter(
+      (e: { event: string }) => e.event === 'inbox.withdrawn',
+    );
     expect(withdrawn).toHaveLength(2);
     const liveRoot = s.server.services.registry.agent(task.root_agent_id)!;
     const live = { size: liveRoot.inbox.size, chars: liveRoot.inbox_chars };
@@ -253,7 +335,9 @@ describe('limits: quotas and content caps', () => {
     expect(value(await root2.call('read_inbox')).messages).toHaveLength(1);
     const a2 = await connect(again, await agentToken(again, a.id));
     value(await a2.call('signal_review', { detail: '[REVIEW REQUIRED] report 4' }));
-    expect(value(await root2.call('read_inbox')).messages.map((m: { content: string }) => m.content)).toEqual(['[REVIEW REQUIRED] report 4']);
+    expect(value(await root2.call('read_inbox')).messages.map((m: { content: string }) => m.content)).toEqual([
+      '[REVIEW REQUIRED] report 4',
+    ]);
     expect(replayed.inbox_chars).toBe(0);
   });
 });

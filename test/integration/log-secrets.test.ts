@@ -24,7 +24,10 @@ describe('no secret in the log: the logger redacts credentials', () => {
     const logger = createLogger('trace', log.stream);
     logger.trace(
       {
-        req: { method: 'POST', headers: { authorization: 'Bearer HEADER-SECRET-1', cookie: 'c=COOKIE-SECRET-2', host: 'localhost' } },
+        req: {
+          method: 'POST',
+          headers: { authorization: 'Bearer HEADER-SECRET-1', cookie: 'c=COOKIE-SECRET-2', host: 'localhost' },
+        },
         headers: { authorization: 'Bearer HEADER-SECRET-3' },
         token: 'TOKEN-SECRET-4',
         adminToken: 'ADMIN-SECRET-5',
@@ -38,7 +41,10 @@ describe('no secret in the log: the logger redacts credentials', () => {
     expect(log.lines).toHaveLength(1);
     for (let i = 1; i <= 8; i++) expect(text).not.toMatch(new RegExp(`SECRET-${i}`));
     const line = JSON.parse(log.lines[0]!);
-    expect(line).toMatchObject({ req: { method: 'POST', headers: { authorization: '[redacted]', host: 'localhost' } }, launch: { token: '[redacted]', agent_id: 'ag_x' } });
+    expect(line).toMatchObject({
+      req: { method: 'POST', headers: { authorization: '[redacted]', host: 'localhost' } },
+      launch: { token: '[redacted]', agent_id: 'ag_x' },
+    });
   });
 });
 
@@ -54,7 +60,9 @@ describe('no secret in the log: a message text quoting a token', () => {
     expect(log.lines).toHaveLength(2);
     expect(text).not.toContain(jwt);
     expect(text).not.toContain(jwt.split('.')[2]);
-    expect(JSON.parse(log.lines[0]!).msg).toBe("agent output: curl -H 'Authorization: Bearer [redacted-token]' http://localhost/mcp");
+    expect(JSON.parse(log.lines[0]!).msg).toBe(
+      "agent output: curl -H 'Authorization: Bearer [redacted-token]' http://localhost/mcp",
+    );
   });
 });
 
@@ -91,7 +99,10 @@ describe('no secret in the log: a whole task at trace level leaves no token in t
     const spawnerHeaders = { authorization: `Bearer ${minted.spawner}`, 'beidou-spawner-instance': 'box' };
     const controller = new AbortController();
     streams.push(controller);
-    const stream = await fetch(`${url}/api/spawner/stream?max_agents=4`, { headers: spawnerHeaders, signal: controller.signal });
+    const stream = await fetch(`${url}/api/spawner/stream?max_agents=4`, {
+      headers: spawnerHeaders,
+      signal: controller.signal,
+    });
     expect(stream.status).toBe(200);
     const launches: any[] = [];
     let wake: (() => void) | null = null;
@@ -122,15 +133,23 @@ describe('no secret in the log: a whole task at trace level leaves no token in t
     minted.root = created.token;
     minted.rootLaunch = (await launchOf(created.root_agent_id)).token;
     minted.rootAgain = (await api('POST', `/agents/${created.root_agent_id}/token`, {})).body.token;
-    expect((await fetch(`${url}/api/spawner/agents/${created.root_agent_id}/started`, {
-      method: 'POST',
-      headers: { ...spawnerHeaders, 'content-type': 'application/json' },
-      body: JSON.stringify({ session_id: 'sess-1', resumed: false }),
-    })).status).toBe(200);
+    expect(
+      (
+        await fetch(`${url}/api/spawner/agents/${created.root_agent_id}/started`, {
+          method: 'POST',
+          headers: { ...spawnerHeaders, 'content-type': 'application/json' },
+          body: JSON.stringify({ session_id: 'sess-1', resumed: false }),
+        })
+      ).status,
+    ).toBe(200);
 
     const root = await connectAgent(url, minted.rootLaunch);
     agents.push(root);
-    const team = await root.call('create_team', { name: 'crew', task: 'help', roles: [{ role: 'worker', skill: 'worker', description: 'helps' }] });
+    const team = await root.call('create_team', {
+      name: 'crew',
+      task: 'help',
+      roles: [{ role: 'worker', skill: 'worker', description: 'helps' }],
+    });
     if (!team.ok) throw new Error(`create_team: ${JSON.stringify(team.error)}`);
     const childId = team.value.members[0].agent_id as string;
     minted.child = (await launchOf(childId)).token;

@@ -1,5 +1,13 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { until } from '../../src/testkit/poll.js';
 
 describe('messaging over MCP', () => {
@@ -48,7 +56,12 @@ describe('messaging over MCP', () => {
     expect(read.ok).toBe(true);
     if (!read.ok) return;
     expect(read.value.messages).toEqual([
-      expect.objectContaining({ from: aId, kind: 'message', content: 'hello B', message_id: sent.ok && sent.value.message_id }),
+      expect.objectContaining({
+        from: aId,
+        kind: 'message',
+        content: 'hello B',
+        message_id: sent.ok && sent.value.message_id,
+      }),
     ]);
     expect(read.value.messages[0].from_name).toMatch(/^frontend-/);
     // Delivered exactly once: a second read finds nothing.
@@ -66,7 +79,9 @@ describe('messaging over MCP', () => {
     // The waiter is registered once the server has the call; sending after the call is in flight.
     const sent = await a.call('send_message', { to: bId, content: 'wake up' });
     const read = await waiting;
-    expect(read.ok && read.value.messages.map((m: { message_id: string }) => m.message_id)).toEqual([sent.ok && sent.value.message_id]);
+    expect(read.ok && read.value.messages.map((m: { message_id: string }) => m.message_id)).toEqual([
+      sent.ok && sent.value.message_id,
+    ]);
   });
 
   it('read_inbox with wait_s also wakes for messages the server routes (a review report)', async () => {
@@ -75,7 +90,9 @@ describe('messaging over MCP', () => {
     const waiting = root.call('read_inbox', { wait_s: 60 });
     expect((await a.call('signal_review', { detail: '[REVIEW REQUIRED] done' })).ok).toBe(true);
     const read = await waiting;
-    expect(read.ok && read.value.messages).toEqual([expect.objectContaining({ from: aId, kind: 'review_report', content: '[REVIEW REQUIRED] done' })]);
+    expect(read.ok && read.value.messages).toEqual([
+      expect.objectContaining({ from: aId, kind: 'review_report', content: '[REVIEW REQUIRED] done' }),
+    ]);
   });
 
   it('an agent of another task gets task_mismatch', async () => {
@@ -89,8 +106,14 @@ describe('messaging over MCP', () => {
 
   it('reports unknown_recipient, recipient_terminated, inbox_full and invalid_input', async () => {
     const { a, bId, task } = await teamOfTwo();
-    expect(await a.call('send_message', { to: 'ag_nope', content: 'x' })).toMatchObject({ ok: false, error: { error: 'unknown_recipient' } });
-    expect(await a.call('send_message', { to: bId })).toMatchObject({ ok: false, error: { error: 'invalid_input', details: { field: 'content' } } });
+    expect(await a.call('send_message', { to: 'ag_nope', content: 'x' })).toMatchObject({
+      ok: false,
+      error: { error: 'unknown_recipient' },
+    });
+    expect(await a.call('send_message', { to: bId })).toMatchObject({
+      ok: false,
+      error: { error: 'invalid_input', details: { field: 'content' } },
+    });
     expect(await a.call('send_message', { to: bId, content: 'x', caller_id: 'ag_forged' })).toMatchObject({
       ok: false,
       error: { error: 'invalid_input', details: { field: 'caller_id' } },
@@ -139,9 +162,15 @@ describe('messaging over MCP', () => {
     // agent_input is recorded once the reply has been flushed, so it may follow the reply.
     const body = await until('the agent_input on disk', async () => {
       const { body } = await ts.api('GET', `/tasks/${task.task_id}/events?since=0`);
-      return body.events.some((e: { event: string; message_id?: string }) => e.event === 'agent_input' && e.message_id === id) ? body : undefined;
+      return body.events.some(
+        (e: { event: string; message_id?: string }) => e.event === 'agent_input' && e.message_id === id,
+      )
+        ? body
+        : undefined;
     });
-    const names = body.events.filter((e: { message_id?: string }) => e.message_id === id).map((e: { event: string }) => e.event);
+    const names = body.events
+      .filter((e: { message_id?: string }) => e.message_id === id)
+      .map((e: { event: string }) => e.event);
     expect(names).toEqual(['send_message', 'agent_input']);
     const seqs = body.events.map((e: { seq: number }) => e.seq);
     expect(seqs).toEqual(seqs.map((_: number, i: number) => i + 1));

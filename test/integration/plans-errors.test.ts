@@ -25,7 +25,13 @@ import {
  */
 
 type Spec = { id: string; role: string; skill: string; task: string; depends_on: string[] };
-const t = (id: string, depends_on: string[] = [], skill = 'worker'): Spec => ({ id, role: `role-${id}`, skill, task: `do ${id}`, depends_on });
+const t = (id: string, depends_on: string[] = [], skill = 'worker'): Spec => ({
+  id,
+  role: `role-${id}`,
+  skill,
+  task: `do ${id}`,
+  depends_on,
+});
 
 /** Asserts a structured tool error and returns its details. */
 function expectError(outcome: ToolOutcome, code: string, details: Record<string, unknown> = {}): Record<string, any> {
@@ -96,9 +102,15 @@ describe('plans, spawning and reviews: error codes', () => {
 
       expectError(await root.call('declare_plan', { tasks: [] }), 'empty_plan');
 
-      expectError(await root.call('declare_plan', { tasks: [t('a'), t('b'), t('a')] }), 'duplicate_task_id', { id: 'a', indexes: [0, 2] });
+      expectError(await root.call('declare_plan', { tasks: [t('a'), t('b'), t('a')] }), 'duplicate_task_id', {
+        id: 'a',
+        indexes: [0, 2],
+      });
 
-      expectError(await root.call('declare_plan', { tasks: [t('a'), t('b', ['b'])] }), 'self_dep', { id: 'b', field: 'tasks[1].depends_on' });
+      expectError(await root.call('declare_plan', { tasks: [t('a'), t('b', ['b'])] }), 'self_dep', {
+        id: 'b',
+        field: 'tasks[1].depends_on',
+      });
 
       expectError(await root.call('declare_plan', { tasks: [t('a'), t('b', ['a', 'ghost'])] }), 'unknown_dep', {
         id: 'b',
@@ -121,10 +133,14 @@ describe('plans, spawning and reviews: error codes', () => {
       const backward = pairs.every(([x, y]) => deps.get(y)!.includes(x));
       expect(forward || backward).toBe(true);
 
-      const skill = expectError(await root.call('declare_plan', { tasks: [t('a'), t('b', ['a'], 'no-such-skill')] }), 'unknown_skill', {
-        skill: 'no-such-skill',
-        field: 'tasks[1].skill',
-      });
+      const skill = expectError(
+        await root.call('declare_plan', { tasks: [t('a'), t('b', ['a'], 'no-such-skill')] }),
+        'unknown_skill',
+        {
+          skill: 'no-such-skill',
+          field: 'tasks[1].skill',
+        },
+      );
       expect(skill.available).toEqual(expect.arrayContaining(['leader', 'worker']));
 
       // Nothing was written: no plan file, no plan event, no active plan.
@@ -146,7 +162,9 @@ describe('plans, spawning and reviews: error codes', () => {
     it('refuses a second plan with plan_already_declared and leaves the first untouched', async () => {
       const { root, taskId } = await newRoot();
       const first = expectOk(await root.call('declare_plan', { tasks: [t('a')] }));
-      expectError(await root.call('declare_plan', { tasks: [t('x'), t('y')] }), 'plan_already_declared', { plan_id: first.plan_id });
+      expectError(await root.call('declare_plan', { tasks: [t('x'), t('y')] }), 'plan_already_declared', {
+        plan_id: first.plan_id,
+      });
       expect(await planFiles(taskId)).toEqual([`${first.plan_id}.json`]);
       expect(eventsNamed(events(taskId), 'plan_declared')).toHaveLength(1);
       expect(expectOk(await root.call('list_ready'))).toEqual({ ready: ['a'] });
@@ -200,14 +218,23 @@ describe('plans, spawning and reviews: error codes', () => {
       expectError(await root.call('spawn_agent', { task_id: 'a' }), 'no_active_plan');
 
       expectOk(await root.call('declare_plan', { tasks: [t('a'), t('b'), t('c', ['a', 'b'])] }));
-      const unknown = expectError(await root.call('spawn_agent', { task_id: 'zzz' }), 'unknown_task', { task_id: 'zzz' });
+      const unknown = expectError(await root.call('spawn_agent', { task_id: 'zzz' }), 'unknown_task', {
+        task_id: 'zzz',
+      });
       expect(unknown.tasks).toEqual(['a', 'b', 'c']);
 
-      expectError(await root.call('spawn_agent', { task_id: 'c' }), 'task_not_ready', { task_id: 'c', unmet_deps: ['a', 'b'] });
+      expectError(await root.call('spawn_agent', { task_id: 'c' }), 'task_not_ready', {
+        task_id: 'c',
+        unmet_deps: ['a', 'b'],
+      });
 
       const first = expectOk(await root.call('spawn_agent', { task_id: 'a' }));
       expect(first).toMatchObject({ task_id: 'a', team_created: true, remaining_ready: ['b'] });
-      expectError(await root.call('spawn_agent', { task_id: 'a' }), 'task_not_pending', { task_id: 'a', status: 'in_flight', agent_id: first.agent_id });
+      expectError(await root.call('spawn_agent', { task_id: 'a' }), 'task_not_pending', {
+        task_id: 'a',
+        status: 'in_flight',
+        agent_id: first.agent_id,
+      });
       // Still blocked on the other dependency once a is in flight.
       expectError(await root.call('spawn_agent', { task_id: 'c' }), 'task_not_ready', { unmet_deps: ['a', 'b'] });
 
@@ -244,7 +271,10 @@ describe('plans, spawning and reviews: error codes', () => {
       tempDirs.push(skillsRoot);
       mkdirSync(path.join(skillsRoot, 'broken'));
       // Front matter without the required description.
-      writeFileSync(path.join(skillsRoot, 'broken', 'SKILL.md'), '---\nname: broken\nversion: 1\n---\nYou are {role}.\n');
+      writeFileSync(
+        path.join(skillsRoot, 'broken', 'SKILL.md'),
+        '---\nname: broken\nversion: 1\n---\nYou are {role}.\n',
+      );
       await restartWith({ BEIDOU_SKILLS: skillsRoot });
 
       const { root, taskId } = await newRoot();
@@ -279,7 +309,10 @@ describe('plans, spawning and reviews: error codes', () => {
       expect(second.error.code).toBe('concurrent_spawn');
       // The refused call changed nothing, and the lock is released afterwards.
       expect(expectOk(await root.call('list_ready'))).toEqual({ ready: ['b'] });
-      expect(expectOk(await root.call('spawn_agent', { task_id: 'b' }))).toMatchObject({ task_id: 'b', team_created: false });
+      expect(expectOk(await root.call('spawn_agent', { task_id: 'b' }))).toMatchObject({
+        task_id: 'b',
+        team_created: false,
+      });
       expect(eventsNamed(events(taskId), 'team_created')).toHaveLength(1);
     });
 
@@ -301,7 +334,10 @@ describe('plans, spawning and reviews: error codes', () => {
           { role: 'be', skill: 'worker', description: 'the API' },
         ],
       });
-      const [first, second] = await Promise.all([invokePrimitive(createTeam, args('one'), ctx()), invokePrimitive(createTeam, args('two'), ctx())]);
+      const [first, second] = await Promise.all([
+        invokePrimitive(createTeam, args('one'), ctx()),
+        invokePrimitive(createTeam, args('two'), ctx()),
+      ]);
       expect(first.ok).toBe(true);
       expect(second.ok).toBe(false);
       if (second.ok) return;
@@ -325,31 +361,49 @@ describe('plans, spawning and reviews: error codes', () => {
       expectOk(await lead.call('declare_plan', { tasks: [t('g')] }));
       const grandId = await spawn(lead, 'g');
 
-      expectError(await root.call('terminate_child', { agent_id: 'ag_nope' }), 'unknown_agent', { agent_id: 'ag_nope' });
+      expectError(await root.call('terminate_child', { agent_id: 'ag_nope' }), 'unknown_agent', {
+        agent_id: 'ag_nope',
+      });
       const other = await createTask(ts);
-      expectError(await root.call('terminate_child', { agent_id: other.root_agent_id }), 'unknown_agent', { agent_id: other.root_agent_id });
+      expectError(await root.call('terminate_child', { agent_id: other.root_agent_id }), 'unknown_agent', {
+        agent_id: other.root_agent_id,
+      });
 
       // The root leads lead's team, not the grandchild's: no crossing team boundaries.
-      expectError(await root.call('terminate_child', { agent_id: grandId }), 'not_leader', { agent_id: grandId, leader_id: leadId });
+      expectError(await root.call('terminate_child', { agent_id: grandId }), 'not_leader', {
+        agent_id: grandId,
+        leader_id: leadId,
+      });
       // A member cannot terminate its sibling, nor its own leader.
-      expectError(await lead.call('terminate_child', { agent_id: sibId }), 'not_leader', { agent_id: sibId, leader_id: rootId });
+      expectError(await lead.call('terminate_child', { agent_id: sibId }), 'not_leader', {
+        agent_id: sibId,
+        leader_id: rootId,
+      });
       expectError(await lead.call('terminate_child', { agent_id: rootId }), 'not_leader', { agent_id: rootId });
 
-      expectError(await root.call('terminate_child', { agent_id: sibId }), 'child_not_pending_review', { agent_id: sibId });
+      expectError(await root.call('terminate_child', { agent_id: sibId }), 'child_not_pending_review', {
+        agent_id: sibId,
+      });
       expect(events(taskId).some((e) => e.event === 'terminate.posted' && e.agent_id === sibId)).toBe(false);
 
       // force: true ends a child that did not signal review, audited, and fails its plan task.
-      expect(expectOk(await root.call('terminate_child', { agent_id: sibId, force: true }))).toEqual({ sentinel_posted: true });
+      expect(expectOk(await root.call('terminate_child', { agent_id: sibId, force: true }))).toEqual({
+        sentinel_posted: true,
+      });
       const all = events(taskId);
       expect(eventsNamed(all, 'terminate.forced', (e) => e.agent_id === sibId)).toEqual([
         expect.objectContaining({ caller_id: rootId, reason: 'leader_force' }),
       ]);
-      expect(eventsNamed(all, 'task_failed')).toEqual([expect.objectContaining({ plan_task_id: 'sib', reason: 'leader_force' })]);
+      expect(eventsNamed(all, 'task_failed')).toEqual([
+        expect.objectContaining({ plan_task_id: 'sib', reason: 'leader_force' }),
+      ]);
       expect(eventsNamed(all, 'task_done')).toEqual([]);
       expect(eventsNamed(all, 'completion.approved')).toEqual([]);
 
       expectError(await root.call('terminate_child', { agent_id: sibId }), 'already_terminating', { agent_id: sibId });
-      expectError(await root.call('terminate_child', { agent_id: sibId, force: true }), 'already_terminating', { agent_id: sibId });
+      expectError(await root.call('terminate_child', { agent_id: sibId, force: true }), 'already_terminating', {
+        agent_id: sibId,
+      });
     });
   });
 
@@ -363,19 +417,31 @@ describe('plans, spawning and reviews: error codes', () => {
       const child = await connectAs(aId);
 
       expectError(await child.call('signal_review', { detail: '' }), 'envelope_missing', { reason: 'detail_empty' });
-      expectError(await child.call('signal_review', { detail: '  \n\t ' }), 'envelope_missing', { reason: 'detail_empty' });
-      expectError(await child.call('signal_review', { detail: 'all done, please review' }), 'envelope_missing', { reason: 'envelope_missing' });
-      expectError(await child.call('signal_review', { detail: '[REVIEW] required' }), 'envelope_missing', { reason: 'envelope_missing' });
+      expectError(await child.call('signal_review', { detail: '  \n\t ' }), 'envelope_missing', {
+        reason: 'detail_empty',
+      });
+      expectError(await child.call('signal_review', { detail: 'all done, please review' }), 'envelope_missing', {
+        reason: 'envelope_missing',
+      });
+      expectError(await child.call('signal_review', { detail: '[REVIEW] required' }), 'envelope_missing', {
+        reason: 'envelope_missing',
+      });
       expect(expectOk(await root.call('list_pending_reviews'))).toEqual({ reviews: [] });
       expect(eventsNamed(events(taskId), 'status', (e) => e.agent_id === aId)).toEqual([]);
 
       const first = '[review required] first report';
-      expect(expectOk(await child.call('signal_review', { detail: first }))).toEqual({ recorded: true, review_pending: true });
+      expect(expectOk(await child.call('signal_review', { detail: first }))).toEqual({
+        recorded: true,
+        review_pending: true,
+      });
       const listed1 = expectOk(await root.call('list_pending_reviews')).reviews;
       expect(listed1).toEqual([expect.objectContaining({ agent_id: aId, summary: first })]);
 
       const second = 'Iteration two: [Iteration Ready] second report';
-      expect(expectOk(await child.call('signal_review', { detail: second }))).toEqual({ recorded: true, review_pending: true });
+      expect(expectOk(await child.call('signal_review', { detail: second }))).toEqual({
+        recorded: true,
+        review_pending: true,
+      });
       const statuses = eventsNamed(events(taskId), 'status', (e) => e.agent_id === aId && e.state === 'review_pending');
       expect(statuses.map((e) => e.detail)).toEqual([first, second]);
       const listed2 = expectOk(await root.call('list_pending_reviews')).reviews;
@@ -384,7 +450,11 @@ describe('plans, spawning and reviews: error codes', () => {
       expect(listed2[0].review_pending_ts).toBeGreaterThanOrEqual(listed1[0].review_pending_ts);
 
       // The second report replaced the undelivered first one in the leader's inbox.
-      const inbox = expectOk(await root.call('read_inbox', { peek: true })).messages as Array<{ from: string; kind: string; content: string }>;
+      const inbox = expectOk(await root.call('read_inbox', { peek: true })).messages as Array<{
+        from: string;
+        kind: string;
+        content: string;
+      }>;
       expect(inbox.filter((m) => m.kind === 'review_report' && m.from === aId).map((m) => m.content)).toEqual([second]);
     });
   });
@@ -411,16 +481,24 @@ describe('plans, spawning and reviews: error codes', () => {
       const childA = await connectAs(aId);
       expectOk(await childA.call('signal_review', { detail: '[REVIEW REQUIRED] a' }));
       expectOk(await root.call('terminate_child', { agent_id: aId })); // a done, b ready
-      expectError(await root.call('request_termination'), 'plan_incomplete', { unfinished: [{ task_id: 'b', status: 'ready' }] });
+      expectError(await root.call('request_termination'), 'plan_incomplete', {
+        unfinished: [{ task_id: 'b', status: 'ready' }],
+      });
 
       const bId = await spawn(root, 'b');
       expectOk(await root.call('terminate_child', { agent_id: bId, force: true })); // b failed
-      expect(expectOk(await root.call('request_termination', { detail: 'all finished' }))).toEqual({ recorded: true, termination_requested: true });
+      expect(expectOk(await root.call('request_termination', { detail: 'all finished' }))).toEqual({
+        recorded: true,
+        termination_requested: true,
+      });
       expect(eventsNamed(events(taskId), 'status', (e) => e.agent_id === rootId)).toEqual([
         expect.objectContaining({ state: 'termination_requested', detail: 'all finished' }),
       ]);
       // The root's request goes to the user gateway.
-      const pending = (await ts.api('GET', '/questions/pending')).body as Array<{ origin: string; subject_agent_id: string }>;
+      const pending = (await ts.api('GET', '/questions/pending')).body as Array<{
+        origin: string;
+        subject_agent_id: string;
+      }>;
       expect(pending).toEqual([expect.objectContaining({ origin: 'root_termination', subject_agent_id: rootId })]);
     });
 
@@ -429,10 +507,18 @@ describe('plans, spawning and reviews: error codes', () => {
       expectOk(await root.call('declare_plan', { tasks: [t('a')] }));
       const aId = await spawn(root, 'a');
       const child = await connectAs(aId);
-      expect(expectOk(await child.call('request_termination'))).toEqual({ recorded: true, termination_requested: true });
-      const inbox = expectOk(await root.call('read_inbox', { peek: true })).messages as Array<{ from: string; kind: string }>;
+      expect(expectOk(await child.call('request_termination'))).toEqual({
+        recorded: true,
+        termination_requested: true,
+      });
+      const inbox = expectOk(await root.call('read_inbox', { peek: true })).messages as Array<{
+        from: string;
+        kind: string;
+      }>;
       expect(inbox).toEqual([expect.objectContaining({ from: aId, kind: 'termination_request' })]);
-      expect(expectOk(await root.call('list_pending_reviews')).reviews).toEqual([expect.objectContaining({ agent_id: aId, pending: 'termination' })]);
+      expect(expectOk(await root.call('list_pending_reviews')).reviews).toEqual([
+        expect.objectContaining({ agent_id: aId, pending: 'termination' }),
+      ]);
       expectOk(await root.call('terminate_child', { agent_id: aId }));
       expect(eventsNamed(events(taskId), 'task_done')).toEqual([expect.objectContaining({ plan_task_id: 'a' })]);
     });
@@ -477,7 +563,9 @@ describe('plans, spawning and reviews: error codes', () => {
       expect(reviews[0]!.age_s).toBeGreaterThanOrEqual(reviews[1]!.age_s);
 
       // The middle leader sees its own child only; a leaf sees nothing.
-      expect(expectOk(await lead.call('list_pending_reviews')).reviews.map((r: { agent_id: string }) => r.agent_id)).toEqual([gId]);
+      expect(
+        expectOk(await lead.call('list_pending_reviews')).reviews.map((r: { agent_id: string }) => r.agent_id),
+      ).toEqual([gId]);
       expect(expectOk(await w.call('list_pending_reviews'))).toEqual({ reviews: [] });
     });
   });
@@ -500,15 +588,26 @@ describe('plans, spawning and reviews: error codes', () => {
         ['remove_plan', {}],
       ];
       for (const [tool, args] of blocked) {
-        const details = expectError(await root.call(tool, args), 'review_gate_blocked', { pending_child_ids: [aId], tool });
+        const details = expectError(await root.call(tool, args), 'review_gate_blocked', {
+          pending_child_ids: [aId],
+          tool,
+        });
         expect(details.ways_out).toEqual(['terminate_child', 'send_message']);
       }
       const denied = eventsNamed(events(taskId), 'review_gate.denied');
-      expect(denied.map((e) => [e.caller_id, e.tool_name, e.pending_child_ids])).toEqual(blocked.map(([tool]) => [rootId, tool, [aId]]));
+      expect(denied.map((e) => [e.caller_id, e.tool_name, e.pending_child_ids])).toEqual(
+        blocked.map(([tool]) => [rootId, tool, [aId]]),
+      );
 
       // Still allowed: reading the team, listing reviews, terminate_child (here refused for its own reason), messaging.
-      expect(expectOk(await root.call('list_peers', { scope: 'children' })).peers.map((p: { agent_id: string }) => p.agent_id)).toEqual([aId, bId]);
-      expect(expectOk(await root.call('list_pending_reviews')).reviews.map((r: { agent_id: string }) => r.agent_id)).toEqual([aId]);
+      expect(
+        expectOk(await root.call('list_peers', { scope: 'children' })).peers.map(
+          (p: { agent_id: string }) => p.agent_id,
+        ),
+      ).toEqual([aId, bId]);
+      expect(
+        expectOk(await root.call('list_pending_reviews')).reviews.map((r: { agent_id: string }) => r.agent_id),
+      ).toEqual([aId]);
       expectError(await root.call('terminate_child', { agent_id: bId }), 'child_not_pending_review', { agent_id: bId });
       // The child's own tools are not gated by its leader's state.
       expectOk(await a.call('list_peers'));
@@ -516,10 +615,15 @@ describe('plans, spawning and reviews: error codes', () => {
 
       // A message from the leader is rework: it acknowledges the review and lifts the gate.
       expectOk(await root.call('send_message', { to: aId, content: 'please add tests' }));
-      expect(eventsNamed(events(taskId), 'review.acknowledged')).toEqual([expect.objectContaining({ agent_id: aId, by: rootId })]);
+      expect(eventsNamed(events(taskId), 'review.acknowledged')).toEqual([
+        expect.objectContaining({ agent_id: aId, by: rootId }),
+      ]);
       expect(expectOk(await root.call('list_pending_reviews'))).toEqual({ reviews: [] });
       expect(expectOk(await root.call('list_ready'))).toEqual({ ready: ['c'] });
-      expect(expectOk(await root.call('spawn_agent', { task_id: 'c' }))).toMatchObject({ task_id: 'c', team_created: false });
+      expect(expectOk(await root.call('spawn_agent', { task_id: 'c' }))).toMatchObject({
+        task_id: 'c',
+        team_created: false,
+      });
       expect(eventsNamed(events(taskId), 'review_gate.denied')).toHaveLength(blocked.length);
     });
   });

@@ -43,7 +43,17 @@ const stackTrace = /\n\s+at .+:\d+/;
 /** Hostile values: anything, plus strings that have broken servers before. */
 const nasty = fc.oneof(
   fc.anything({ maxDepth: 3 }),
-  fc.constantFrom('', '__proto__', 'constructor', 'toString', '../../../../etc/cron.d/x', '%ff', 'a'.repeat(300), '\u0000', '\ud800'),
+  fc.constantFrom(
+    '',
+    '__proto__',
+    'constructor',
+    'toString',
+    '../../../../etc/cron.d/x',
+    '%ff',
+    'a'.repeat(300),
+    '\u0000',
+    '\ud800',
+  ),
   fc.string(),
   fc.integer(),
   fc.double(),
@@ -91,10 +101,15 @@ describe('any tool input', () => {
           const before = heads();
           let raw: CallToolResult;
           try {
-            raw = (await root.client.callTool({ name: primitive.name, arguments: input as Record<string, unknown> })) as CallToolResult;
+            raw = (await root.client.callTool({
+              name: primitive.name,
+              arguments: input as Record<string, unknown>,
+            })) as CallToolResult;
           } catch (err) {
             // A domain failure is a tool error, never a JSON-RPC error.
-            throw new Error(`${primitive.name}(${safeJson(input)}) threw ${err instanceof McpError ? `JSON-RPC ${err.code}` : ''} ${String(err)}`);
+            throw new Error(
+              `${primitive.name}(${safeJson(input)}) threw ${err instanceof McpError ? `JSON-RPC ${err.code}` : ''} ${String(err)}`,
+            );
           }
           const text = (raw.content[0] as { text?: string } | undefined)?.text ?? '';
           expect(text).not.toMatch(stackTrace);
@@ -116,11 +131,18 @@ describe('any tool input', () => {
     const agent = await connectAgent(ts.url, task.token);
     try {
       await fc.assert(
-        fc.asyncProperty(fc.constantFrom(...PRIMITIVES.map((p) => p.name)), fc.oneof(fc.constant(null), fc.array(fc.anything()), fc.string(), fc.integer(), fc.boolean()), async (name, args) => {
-          const raw = (await agent.client.callTool({ name, arguments: args as unknown as Record<string, unknown> })) as CallToolResult;
-          expect(raw.isError).toBe(true);
-          expect(JSON.parse((raw.content[0] as { text: string }).text).error).toBe('invalid_input');
-        }),
+        fc.asyncProperty(
+          fc.constantFrom(...PRIMITIVES.map((p) => p.name)),
+          fc.oneof(fc.constant(null), fc.array(fc.anything()), fc.string(), fc.integer(), fc.boolean()),
+          async (name, args) => {
+            const raw = (await agent.client.callTool({
+              name,
+              arguments: args as unknown as Record<string, unknown>,
+            })) as CallToolResult;
+            expect(raw.isError).toBe(true);
+            expect(JSON.parse((raw.content[0] as { text: string }).text).error).toBe('invalid_input');
+          },
+        ),
         { numRuns: 30 },
       );
     } finally {
@@ -139,8 +161,23 @@ describe('any REST body', () => {
     spawnerToken = (await ts.api('POST', '/spawner-tokens', {})).body.token;
     // A question waiting for the user, so the answer route reaches its body checks.
     const asker = await connectAgent(ts.url, task.token);
-    void asker.call('ask_user', { questions: [{ question: 'Which?', header: 'Pick', options: [{ label: 'A', description: 'a' }, { label: 'B', description: 'b' }], multiSelect: false }] }).catch(() => undefined);
-    qid = (await waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked', { what: 'the question' })).qid as string;
+    void asker
+      .call('ask_user', {
+        questions: [
+          {
+            question: 'Which?',
+            header: 'Pick',
+            options: [
+              { label: 'A', description: 'a' },
+              { label: 'B', description: 'b' },
+            ],
+            multiSelect: false,
+          },
+        ],
+      })
+      .catch(() => undefined);
+    qid = (await waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked', { what: 'the question' }))
+      .qid as string;
   });
   afterAll(async () => {
     await ts.close();
@@ -164,10 +201,29 @@ describe('any REST body', () => {
   const body = fc.oneof(
     fc.anything({ maxDepth: 4 }).map((v) => ({ raw: JSON.stringify(v) ?? 'null', type: 'application/json' })),
     fc.string().map((s) => ({ raw: s, type: 'application/json' })),
-    fc.dictionary(fc.constantFrom('task', 'content', 'answers', 'events', 'type', 'agent_id', 'message_id', 'session_id', 'tool_name', '__proto__', 'spawn', 'skill'), nasty, { maxKeys: 4 }).map((v) => ({
-      raw: JSON.stringify(v),
-      type: 'application/json',
-    })),
+    fc
+      .dictionary(
+        fc.constantFrom(
+          'task',
+          'content',
+          'answers',
+          'events',
+          'type',
+          'agent_id',
+          'message_id',
+          'session_id',
+          'tool_name',
+          '__proto__',
+          'spawn',
+          'skill',
+        ),
+        nasty,
+        { maxKeys: 4 },
+      )
+      .map((v) => ({
+        raw: JSON.stringify(v),
+        type: 'application/json',
+      })),
     fc.constantFrom(
       { raw: '\x1f\x8b\x08\x00garbage', type: 'application/json', encoding: 'gzip' },
       { raw: 'not deflate', type: 'application/json', encoding: 'deflate' },

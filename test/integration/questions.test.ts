@@ -1,6 +1,15 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+  type ToolOutcome,
+} from '../support/server.js';
 import { until } from '../../src/testkit/poll.js';
 
 /**
@@ -60,7 +69,6 @@ const YES_NO: Question = {
 
 const FREE: Question = { question: 'What is the deadline?', header: 'Deadline', multiSelect: false, options: [] };
 
-
 describe('questions: ask_user, answer_question, escalate_question and the user gateway', () => {
   let ts: TestServer;
   let home = '';
@@ -114,7 +122,11 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     );
     const childId = (team.members as Array<{ agent_id: string }>)[0]!.agent_id;
     const child = await connect(await tokenFor(childId));
-    must(await child.call('declare_plan', { tasks: [{ id: 'impl', role: 'implementer', skill: 'worker', task: 'implement it' }] }));
+    must(
+      await child.call('declare_plan', {
+        tasks: [{ id: 'impl', role: 'implementer', skill: 'worker', task: 'implement it' }],
+      }),
+    );
     const spawned = must(await child.call('spawn_agent', { task_id: 'impl' }));
     const grandchildId = spawned.agent_id as string;
     const grandchild = await connect(await tokenFor(grandchildId));
@@ -130,7 +142,9 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
   /** Waits until the task has a pending question from `asker` whose holder is `holder` (null = the user). */
   function questionHeldBy(taskId: string, asker: string, holder: string | null): Promise<TaskQuestion> {
     return until(`a question from ${asker} held by ${holder ?? 'the user'}`, async () =>
-      (await taskQuestions(taskId)).find((q) => q.asker_agent_id === asker && q.status === 'pending' && q.holder === holder),
+      (await taskQuestions(taskId)).find(
+        (q) => q.asker_agent_id === asker && q.status === 'pending' && q.holder === holder,
+      ),
     );
   }
 
@@ -146,7 +160,9 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     return res.body.events as LoggedEvent[];
   }
 
-  async function inbox(agent: TestAgent): Promise<Array<{ message_id: string; from: string; kind: string; content: string }>> {
+  async function inbox(
+    agent: TestAgent,
+  ): Promise<Array<{ message_id: string; from: string; kind: string; content: string }>> {
     return must(await agent.call('read_inbox', {})).messages;
   }
 
@@ -162,7 +178,10 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
       ['questions[0].options', { questions: [{ ...YES_NO, options: ['A', 'B', 'C', 'D', 'E'].map(opt) }] }],
       ['questions[0].options[1].description', { questions: [{ ...YES_NO, options: [opt('A'), { label: 'B' }] }] }],
       ['questions[2].options[0]', { questions: [FREE, FREE, { ...YES_NO, options: ['not an object', 'neither'] }] }],
-      ['questions[0].options[0].colour', { questions: [{ ...YES_NO, options: [{ ...opt('A'), colour: 'red' }, opt('B')] }] }],
+      [
+        'questions[0].options[0].colour',
+        { questions: [{ ...YES_NO, options: [{ ...opt('A'), colour: 'red' }, opt('B')] }] },
+      ],
       ['questions[0].multiSelect', { questions: [{ question: 'q', header: '', options: [] }] }],
     ];
     for (const [field, args] of cases) {
@@ -184,7 +203,12 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     const asking = grandchild.call('ask_user', { questions: [YES_NO], context: 'choosing storage' });
 
     const held = await questionHeldBy(taskId, grandchildId, childId);
-    expect(held).toMatchObject({ chain: [childId], origin: 'ask_user', context: 'choosing storage', questions: [YES_NO] });
+    expect(held).toMatchObject({
+      chain: [childId],
+      origin: 'ask_user',
+      context: 'choosing storage',
+      questions: [YES_NO],
+    });
     // Not at the user gateway: the leader holds it.
     expect((await pendingAtGateway()).map((q) => q.qid)).not.toContain(held.qid);
 
@@ -198,38 +222,68 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     expect(asked[0]!.content).toContain('choosing storage');
 
     // Wrong agent, wrong count, unknown qid.
-    expect(await root.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Yes'] }], reason: 'I know' })).toMatchObject({
+    expect(
+      await root.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Yes'] }], reason: 'I know' }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'not_holder', details: { holder: childId } },
     });
     expect(
-      await child.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Yes'] }, { text: 'x' }], reason: 'I know' }),
+      await child.call('answer_question', {
+        qid: held.qid,
+        answers: [{ selected_labels: ['Yes'] }, { text: 'x' }],
+        reason: 'I know',
+      }),
     ).toMatchObject({ ok: false, error: { error: 'answer_count_mismatch' } });
-    expect(await child.call('answer_question', { qid: 'q_nope', answers: [{ selected_labels: ['Yes'] }], reason: 'I know' })).toMatchObject({
+    expect(
+      await child.call('answer_question', { qid: 'q_nope', answers: [{ selected_labels: ['Yes'] }], reason: 'I know' }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'unknown_qid' },
     });
-    expect(await child.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Maybe'] }], reason: 'I know' })).toMatchObject({
+    expect(
+      await child.call('answer_question', {
+        qid: held.qid,
+        answers: [{ selected_labels: ['Maybe'] }],
+        reason: 'I know',
+      }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'invalid_input', details: { field: 'answers[0].selected_labels' } },
     });
-    expect(await child.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Yes'] }], reason: '  ' })).toMatchObject({
+    expect(
+      await child.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Yes'] }], reason: '  ' }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'invalid_input', details: { field: 'reason' } },
     });
 
-    const answered = await child.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['Yes'] }], reason: 'the plan says Postgres' });
+    const answered = await child.call('answer_question', {
+      qid: held.qid,
+      answers: [{ selected_labels: ['Yes'] }],
+      reason: 'the plan says Postgres',
+    });
     expect(answered).toMatchObject({ ok: true, value: { ok: true, qid: held.qid } });
 
     const result = await asking;
     expect(result).toMatchObject({
       ok: true,
-      value: { qid: held.qid, answers: [{ selected_labels: ['Yes'], selected_values: ['yes'], text: null }], answer_text: 'Database: Yes' },
+      value: {
+        qid: held.qid,
+        answers: [{ selected_labels: ['Yes'], selected_values: ['yes'], text: null }],
+        answer_text: 'Database: Yes',
+      },
     });
     // The blocked call got the answer, so it is not delivered a second time through the inbox.
     expect((await inbox(grandchild)).filter((m) => m.content.startsWith('[ANSWER'))).toEqual([]);
     // Answering it again is stale.
-    expect(await child.call('answer_question', { qid: held.qid, answers: [{ selected_labels: ['No'] }], reason: 'changed my mind' })).toMatchObject({
+    expect(
+      await child.call('answer_question', {
+        qid: held.qid,
+        answers: [{ selected_labels: ['No'] }],
+        reason: 'changed my mind',
+      }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'stale' },
     });
@@ -249,7 +303,10 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
       reason: 'the plan says Postgres',
     });
     expect(answeredEvents[0]!.seq).toBeGreaterThan(askedEvent!.seq);
-    expect((await taskQuestions(taskId)).find((q) => q.qid === held.qid)).toMatchObject({ status: 'answered', answered_by: childId });
+    expect((await taskQuestions(taskId)).find((q) => q.qid === held.qid)).toMatchObject({
+      status: 'answered',
+      answered_by: childId,
+    });
   });
 
   it('escalates a question twice to the user, who answers it through the REST gateway', async () => {
@@ -259,17 +316,34 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     const { qid } = await questionHeldBy(taskId, grandchildId, childId);
 
     // The root is not the holder yet: it can neither escalate nor answer.
-    expect(await root.call('escalate_question', { qid, reason: 'not mine' })).toMatchObject({ ok: false, error: { error: 'not_holder' } });
-    expect(await grandchild.call('escalate_question', { qid, reason: 'not mine' })).toMatchObject({ ok: false, error: { error: 'not_holder' } });
-    expect(await child.call('escalate_question', { qid: 'q_nope', reason: 'x' })).toMatchObject({ ok: false, error: { error: 'unknown_qid' } });
-    expect(await child.call('escalate_question', { qid, reason: '' })).toMatchObject({ ok: false, error: { error: 'invalid_input', details: { field: 'reason' } } });
+    expect(await root.call('escalate_question', { qid, reason: 'not mine' })).toMatchObject({
+      ok: false,
+      error: { error: 'not_holder' },
+    });
+    expect(await grandchild.call('escalate_question', { qid, reason: 'not mine' })).toMatchObject({
+      ok: false,
+      error: { error: 'not_holder' },
+    });
+    expect(await child.call('escalate_question', { qid: 'q_nope', reason: 'x' })).toMatchObject({
+      ok: false,
+      error: { error: 'unknown_qid' },
+    });
+    expect(await child.call('escalate_question', { qid, reason: '' })).toMatchObject({
+      ok: false,
+      error: { error: 'invalid_input', details: { field: 'reason' } },
+    });
 
     expect(await child.call('escalate_question', { qid, reason: 'budget call' })).toEqual(
       expect.objectContaining({ ok: true, value: { ok: true, qid, new_holder: rootId } }),
     );
     // It moved on: the child escalating again is stale, answering is not_holder.
-    expect(await child.call('escalate_question', { qid, reason: 'again' })).toMatchObject({ ok: false, error: { error: 'stale' } });
-    expect(await child.call('answer_question', { qid, answers: [{ selected_labels: ['Yes'] }, { text: 'x' }], reason: 'r' })).toMatchObject({
+    expect(await child.call('escalate_question', { qid, reason: 'again' })).toMatchObject({
+      ok: false,
+      error: { error: 'stale' },
+    });
+    expect(
+      await child.call('answer_question', { qid, answers: [{ selected_labels: ['Yes'] }, { text: 'x' }], reason: 'r' }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'not_holder', details: { holder: rootId } },
     });
@@ -283,38 +357,68 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
       ok: true,
       value: { ok: true, qid, new_holder: null },
     });
-    expect(await root.call('escalate_question', { qid, reason: 'again' })).toMatchObject({ ok: false, error: { error: 'stale' } });
-    expect(await root.call('answer_question', { qid, answers: [{ selected_labels: ['Yes'] }, { text: 'x' }], reason: 'r' })).toMatchObject({
+    expect(await root.call('escalate_question', { qid, reason: 'again' })).toMatchObject({
+      ok: false,
+      error: { error: 'stale' },
+    });
+    expect(
+      await root.call('answer_question', { qid, answers: [{ selected_labels: ['Yes'] }, { text: 'x' }], reason: 'r' }),
+    ).toMatchObject({
       ok: false,
       error: { error: 'not_holder' },
     });
 
     const pending = (await pendingAtGateway()).find((q) => q.qid === qid);
-    expect(pending).toMatchObject({ qid, asker_agent_id: grandchildId, questions, context: 'planning', chain: [childId, rootId, 'user'] });
+    expect(pending).toMatchObject({
+      qid,
+      asker_agent_id: grandchildId,
+      questions,
+      context: 'planning',
+      chain: [childId, rootId, 'user'],
+    });
     expect(typeof pending!.created_at).toBe('number');
 
     // REST errors first.
-    expect(await ts.api('POST', '/questions/q_nope/answer', { answers: [{ text: 'x' }] })).toMatchObject({ status: 404, body: { error: 'unknown_qid' } });
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] })).toMatchObject({
-      status: 400,
-      body: { error: 'answer_count_mismatch' },
+    expect(await ts.api('POST', '/questions/q_nope/answer', { answers: [{ text: 'x' }] })).toMatchObject({
+      status: 404,
+      body: { error: 'unknown_qid' },
     });
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Maybe'] }, { text: 'x' }] })).toMatchObject({
+    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] })).toMatchObject(
+      {
+        status: 400,
+        body: { error: 'answer_count_mismatch' },
+      },
+    );
+    expect(
+      await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Maybe'] }, { text: 'x' }] }),
+    ).toMatchObject({
       status: 400,
       body: { error: 'invalid_input' },
     });
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }, { text: null }] })).toMatchObject({
+    expect(
+      await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }, { text: null }] }),
+    ).toMatchObject({
       status: 400,
       body: { error: 'invalid_input' },
     });
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }, { text: 'x' }], extra: 1 })).toMatchObject({
+    expect(
+      await ts.api('POST', `/questions/${qid}/answer`, {
+        answers: [{ selected_labels: ['Yes'] }, { text: 'x' }],
+        extra: 1,
+      }),
+    ).toMatchObject({
       status: 400,
       body: { error: 'invalid_input' },
     });
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [] })).toMatchObject({ status: 400, body: { error: 'invalid_input' } });
+    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [] })).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_input' },
+    });
     expect((await taskQuestions(taskId)).find((q) => q.qid === qid)!.status).toBe('pending');
 
-    const ok = await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['No'] }, { text: 'end of June' }] });
+    const ok = await ts.api('POST', `/questions/${qid}/answer`, {
+      answers: [{ selected_labels: ['No'] }, { text: 'end of June' }],
+    });
     expect(ok).toMatchObject({ status: 200, body: { ok: true } });
 
     expect(await asking).toMatchObject({
@@ -329,7 +433,9 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
       },
     });
 
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }, { text: 'x' }] })).toMatchObject({
+    expect(
+      await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ selected_labels: ['Yes'] }, { text: 'x' }] }),
+    ).toMatchObject({
       status: 409,
       body: { error: 'already_answered' },
     });
@@ -341,7 +447,12 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
       expect.objectContaining({ by: rootId, new_holder: null, reason: 'the user decides budgets' }),
     ]);
     expect(log.filter((e) => e.event === 'question_answered' && e.qid === qid)).toEqual([
-      expect.objectContaining({ asker: grandchildId, chain_len: 3, by: 'user', answer_text: 'Database: No\nDeadline: end of June' }),
+      expect.objectContaining({
+        asker: grandchildId,
+        chain_len: 3,
+        by: 'user',
+        answer_text: 'Database: No\nDeadline: end of June',
+      }),
     ]);
   });
 
@@ -366,7 +477,11 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     expect(
       await child.call('answer_question', {
         qid,
-        answers: [{ selected_labels: ['TypeScript', 'Rust'], text: null }, { text: 'ship on friday' }, { selected_labels: [], text: 'keep it small' }],
+        answers: [
+          { selected_labels: ['TypeScript', 'Rust'], text: null },
+          { text: 'ship on friday' },
+          { selected_labels: [], text: 'keep it small' },
+        ],
         reason: 'decided in the kickoff',
       }),
     ).toMatchObject({ ok: true });
@@ -383,7 +498,8 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
       },
     });
     // The same payload as structuredContent and as the text content.
-    if (result.ok) expect(JSON.parse((result.raw.content[0] as { text: string }).text)).toEqual(result.raw.structuredContent);
+    if (result.ok)
+      expect(JSON.parse((result.raw.content[0] as { text: string }).text)).toEqual(result.raw.structuredContent);
   });
 
   it('sends progress notifications while ask_user waits', async () => {
@@ -404,7 +520,13 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     let deadline: NodeJS.Timeout | undefined;
     await Promise.race([
       gotTwo,
-      new Promise((_, reject) => (deadline = setTimeout(() => reject(new Error(`only ${progress.length} progress notification(s) in 10 s`)), 10_000))),
+      new Promise(
+        (_, reject) =>
+          (deadline = setTimeout(
+            () => reject(new Error(`only ${progress.length} progress notification(s) in 10 s`)),
+            10_000,
+          )),
+      ),
     ]);
     clearTimeout(deadline);
     const [pending] = (await pendingAtGateway()).filter((q) => q.asker_agent_id === task.root_agent_id);
@@ -412,7 +534,9 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     // Progress counts up, and the message says where the question waits.
     expect(progress[1]!.progress).toBeGreaterThan(progress[0]!.progress);
     expect(progress[0]!.message).toContain(pending!.qid);
-    expect(await ts.api('POST', `/questions/${pending!.qid}/answer`, { answers: [{ text: 'next week' }] })).toMatchObject({ status: 200 });
+    expect(
+      await ts.api('POST', `/questions/${pending!.qid}/answer`, { answers: [{ text: 'next week' }] }),
+    ).toMatchObject({ status: 200 });
     const raw = (await calling) as CallToolResult;
     expect(raw.isError).toBeFalsy();
     expect(raw.structuredContent).toMatchObject({ qid: pending!.qid, answer_text: 'Deadline: next week' });
@@ -436,9 +560,16 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
 
     ts = await startTestServer({ home });
     const pending = (await pendingAtGateway()).find((q) => q.qid === held.qid);
-    expect(pending).toMatchObject({ asker_agent_id: task.root_agent_id, questions: [FREE], context: 'before the restart', chain: ['user'] });
+    expect(pending).toMatchObject({
+      asker_agent_id: task.root_agent_id,
+      questions: [FREE],
+      context: 'before the restart',
+      chain: ['user'],
+    });
 
-    expect(await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ text: 'after the restart' }] })).toMatchObject({
+    expect(
+      await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ text: 'after the restart' }] }),
+    ).toMatchObject({
       status: 200,
       body: { ok: true },
     });
@@ -450,7 +581,10 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     expect(answers[0]!.from).toBe('user');
     // Delivered once.
     expect(await inbox(again)).toEqual([]);
-    expect((await taskQuestions(task.task_id)).find((q) => q.qid === held.qid)).toMatchObject({ status: 'answered', answered_by: 'user' });
+    expect((await taskQuestions(task.task_id)).find((q) => q.qid === held.qid)).toMatchObject({
+      status: 'answered',
+      answered_by: 'user',
+    });
   });
 
   /** Connects, asks one free-text question as the root, and returns once it is at the gateway. */
@@ -467,11 +601,17 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
 
   /** The call is over on the server's side: no tool call of that agent is in flight any more. */
   function callEnded(agentId: string) {
-    return until(`the server to end ${agentId}'s ask_user call`, () => (ts.server.services.activity.busy(agentId) ? undefined : true), 5_000);
+    return until(
+      `the server to end ${agentId}'s ask_user call`,
+      () => (ts.server.services.activity.busy(agentId) ? undefined : true),
+      5_000,
+    );
   }
 
   async function answerGoesToInbox(task: { token: string; task_id: string }, qid: string) {
-    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'by inbox' }] })).toMatchObject({ status: 200 });
+    expect(await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'by inbox' }] })).toMatchObject({
+      status: 200,
+    });
     const again = await connect(task.token);
     const answers = (await inbox(again)).filter((m) => m.content.startsWith(`[ANSWER ${qid}]`));
     expect(answers).toEqual([expect.objectContaining({ content: `[ANSWER ${qid}] Deadline: by inbox` })]);
@@ -508,29 +648,46 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
   it('an ask_user asked again after its call ended waits for the pending question: asked once, answered on the second call, nothing in the inbox', async () => {
     const context = 'asked twice';
     const { task, root, held, asking } = await rootAsking((agent) =>
-      agent.client.callTool({ name: 'ask_user', arguments: { questions: [YES_NO], context } }, undefined, { timeout: 300 }),
+      agent.client.callTool({ name: 'ask_user', arguments: { questions: [YES_NO], context } }, undefined, {
+        timeout: 300,
+      }),
     );
     expect(await asking).toMatchObject({ rejected: true });
     await callEnded(task.root_agent_id);
 
     const again = await connect(task.token);
     const second = again.call('ask_user', { questions: [{ ...YES_NO }], context });
-    await until('the second call waiting', () => (ts.server.services.activity.busy(task.root_agent_id) ? true : undefined), 5_000);
+    await until(
+      'the second call waiting',
+      () => (ts.server.services.activity.busy(task.root_agent_id) ? true : undefined),
+      5_000,
+    );
     // The same question with other context is another question: asked anew.
     const other = root.call('ask_user', { questions: [YES_NO], context: 'another context' });
-    await until('the other question asked', async () => ((await pendingAtGateway()).length === 2 ? true : undefined), 5_000);
+    await until(
+      'the other question asked',
+      async () => ((await pendingAtGateway()).length === 2 ? true : undefined),
+      5_000,
+    );
     const pending = (await pendingAtGateway()).filter((q) => q.context === context);
     expect(pending.map((q) => q.qid)).toEqual([held.qid]);
 
-    expect(await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] })).toMatchObject({ status: 200 });
-    expect(must(await second)).toMatchObject({ qid: held.qid, answers: [{ selected_labels: ['Yes'], selected_values: ['yes'] }] });
+    expect(
+      await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] }),
+    ).toMatchObject({ status: 200 });
+    expect(must(await second)).toMatchObject({
+      qid: held.qid,
+      answers: [{ selected_labels: ['Yes'], selected_values: ['yes'] }],
+    });
     // Answered on the call: not in the inbox as well.
     expect(await inbox(again)).toEqual([]);
     const asked = (await events(task.task_id)).filter((e) => e.event === 'question_asked' && e.context === context);
     expect(asked.map((e) => e.qid)).toEqual([held.qid]);
     const otherQid = (await pendingAtGateway()).find((q) => q.context === 'another context')!.qid;
     expect(otherQid).not.toBe(held.qid);
-    expect(await ts.api('POST', `/questions/${otherQid}/answer`, { answers: [{ selected_labels: ['No'] }] })).toMatchObject({ status: 200 });
+    expect(
+      await ts.api('POST', `/questions/${otherQid}/answer`, { answers: [{ selected_labels: ['No'] }] }),
+    ).toMatchObject({ status: 200 });
     expect(must(await other)).toMatchObject({ qid: otherQid });
   });
 
@@ -553,7 +710,10 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     ]);
     clearTimeout(deadline);
     expect(ended).not.toBe('hung');
-    expect(ended).toMatchObject({ rejected: false, outcome: { ok: false, error: { error: 'gateway_unavailable', details: { qid: held.qid, pending: true } } } });
+    expect(ended).toMatchObject({
+      rejected: false,
+      outcome: { ok: false, error: { error: 'gateway_unavailable', details: { qid: held.qid, pending: true } } },
+    });
   });
 
   it("turns the root's signal_review into an Approve / Rework question at the gateway", async () => {
@@ -575,12 +735,16 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     expect(first.questions[0]!.question).toContain('first cut: README.md');
 
     // Rework needs its text.
-    expect(await ts.api('POST', `/questions/${first.qid}/answer`, { answers: [{ selected_labels: ['Rework'] }] })).toMatchObject({
+    expect(
+      await ts.api('POST', `/questions/${first.qid}/answer`, { answers: [{ selected_labels: ['Rework'] }] }),
+    ).toMatchObject({
       status: 400,
       body: { error: 'invalid_input' },
     });
     expect(
-      await ts.api('POST', `/questions/${first.qid}/answer`, { answers: [{ selected_labels: ['Rework'], text: 'add the install section' }] }),
+      await ts.api('POST', `/questions/${first.qid}/answer`, {
+        answers: [{ selected_labels: ['Rework'], text: 'add the install section' }],
+      }),
     ).toMatchObject({ status: 200 });
 
     const fromUser = (await inbox(root)).filter((m) => m.from === 'user');
@@ -595,11 +759,17 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     expect((await ts.api('GET', `/tasks/${taskId}`)).body.task.status).toBe('running');
 
     // Second review: Approve ends the task.
-    expect(await root.call('signal_review', { detail: '[REVIEW REQUIRED] second cut with install section' })).toMatchObject({ ok: true });
+    expect(
+      await root.call('signal_review', { detail: '[REVIEW REQUIRED] second cut with install section' }),
+    ).toMatchObject({ ok: true });
     const second = await until('a second root review', async () =>
-      (await pendingAtGateway()).find((q) => q.origin === 'root_review' && q.subject_agent_id === rootId && q.qid !== first.qid),
+      (await pendingAtGateway()).find(
+        (q) => q.origin === 'root_review' && q.subject_agent_id === rootId && q.qid !== first.qid,
+      ),
     );
-    expect(await ts.api('POST', `/questions/${second.qid}/answer`, { answers: [{ selected_labels: ['Approve'] }] })).toMatchObject({ status: 200 });
+    expect(
+      await ts.api('POST', `/questions/${second.qid}/answer`, { answers: [{ selected_labels: ['Approve'] }] }),
+    ).toMatchObject({ status: 200 });
 
     const detail = (await ts.api('GET', `/tasks/${taskId}`)).body;
     expect(detail.task.status).toBe('done');
@@ -609,17 +779,30 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     }
     log = await events(taskId);
     expect(log.filter((e) => e.event === 'completion.reported').map((e) => e.decision)).toEqual(['rework', 'approve']);
-    expect(log.filter((e) => e.event === 'terminate.consumed').map((e) => e.agent_id).sort()).toEqual([rootId, childId, grandchildId].sort());
+    expect(
+      log
+        .filter((e) => e.event === 'terminate.consumed')
+        .map((e) => e.agent_id)
+        .sort(),
+    ).toEqual([rootId, childId, grandchildId].sort());
 
     for (const token of [...agentTokens]) {
       const res = await fetch(`${ts.url}/mcp`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+        },
         body: JSON.stringify({
           jsonrpc: '2.0',
           id: 1,
           method: 'initialize',
-          params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'after-approve', version: '0.0.0' } },
+          params: {
+            protocolVersion: '2025-06-18',
+            capabilities: {},
+            clientInfo: { name: 'after-approve', version: '0.0.0' },
+          },
         }),
       });
       expect(res.status).toBe(401);
@@ -635,21 +818,38 @@ describe('questions: ask_user, answer_question, escalate_question and the user g
     const root = await connect(task.token);
     const asking = root.call('ask_user', { questions: [YES_NO] });
     const held = await questionHeldBy(task.task_id, task.root_agent_id, null);
-    expect(await ts.api('POST', `/questions/${held.qid}/decline`, {})).toMatchObject({ status: 400, body: { error: 'invalid_input' } });
-    expect(await ts.api('POST', '/questions/q_nope/decline', { reason: 'no' })).toMatchObject({ status: 404, body: { error: 'unknown_qid' } });
-    expect(await ts.api('POST', `/questions/${held.qid}/decline`, { reason: 'not relevant' })).toMatchObject({ status: 200, body: { ok: true } });
-    expect(await asking).toMatchObject({ ok: false, error: { error: 'user_declined', details: { qid: held.qid, reason: 'not relevant' } } });
+    expect(await ts.api('POST', `/questions/${held.qid}/decline`, {})).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_input' },
+    });
+    expect(await ts.api('POST', '/questions/q_nope/decline', { reason: 'no' })).toMatchObject({
+      status: 404,
+      body: { error: 'unknown_qid' },
+    });
+    expect(await ts.api('POST', `/questions/${held.qid}/decline`, { reason: 'not relevant' })).toMatchObject({
+      status: 200,
+      body: { ok: true },
+    });
+    expect(await asking).toMatchObject({
+      ok: false,
+      error: { error: 'user_declined', details: { qid: held.qid, reason: 'not relevant' } },
+    });
     // The refusal is delivered to the blocked call, not a second time through the inbox.
     expect((await inbox(root)).filter((m) => m.content.startsWith('[ANSWER'))).toEqual([]);
     expect((await taskQuestions(task.task_id)).find((q) => q.qid === held.qid)).toMatchObject({ status: 'declined' });
     expect((await pendingAtGateway()).map((q) => q.qid)).not.toContain(held.qid);
-    expect(await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] })).toMatchObject({
+    expect(
+      await ts.api('POST', `/questions/${held.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] }),
+    ).toMatchObject({
       status: 409,
       body: { error: 'already_answered' },
     });
     const log = await events(task.task_id);
     // The root's leader is the user: its question went straight to the gateway.
-    expect(log.find((e) => e.event === 'question_asked' && e.qid === held.qid)).toMatchObject({ asker: task.root_agent_id, holder: null });
+    expect(log.find((e) => e.event === 'question_asked' && e.qid === held.qid)).toMatchObject({
+      asker: task.root_agent_id,
+      holder: null,
+    });
     expect(log.filter((e) => e.event === 'question_declined')).toEqual([
       expect.objectContaining({ qid: held.qid, asker: task.root_agent_id, reason: 'not relevant' }),
     ]);

@@ -1,12 +1,29 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PACKAGE_ROOT } from '../../src/util/version.js';
 import { durableEvents, eventsNamed, waitForEvent } from '../support/events.js';
 import { CLI } from '../support/process.js';
-import { agentToken, connectAgent, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+  type ToolOutcome,
+} from '../support/server.js';
 
 /**
  * The README's tour, pasted as a person would: its shell blocks marked `<!-- runnable -->`
@@ -95,7 +112,9 @@ function masked(text: string): string {
 export function sampleMismatch(sample: string, printed: string): string | null {
   const actual = masked(printed).split('\n');
   let at = 0;
-  for (const line of masked(sample).split('\n').filter((l) => l.trim() !== '')) {
+  for (const line of masked(sample)
+    .split('\n')
+    .filter((l) => l.trim() !== '')) {
     const cut = /^(.*?),?(?:\.\.\.|…)\}?$/.exec(line);
     const matches = (a: string) => (cut ? a.startsWith(cut[1]!) : a === line);
     while (at < actual.length && !matches(actual[at]!)) at++;
@@ -125,7 +144,12 @@ class Terminal {
 
   constructor(cwd: string, env: NodeJS.ProcessEnv) {
     // Its own process group, so closing it ends whatever a block left running too.
-    this.child = spawn('bash', ['--noprofile', '--norc'], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    this.child = spawn('bash', ['--noprofile', '--norc'], {
+      cwd,
+      env,
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
     const notify = () => {
       for (const f of [...this.changed]) f();
     };
@@ -188,7 +212,9 @@ class ScriptedRoot {
 
   async act(): Promise<void> {
     if (!this.taskId) {
-      const { tasks } = (await this.ts.api('GET', '/tasks')).body as { tasks: Array<{ task_id: string; root_agent_id: string }> };
+      const { tasks } = (await this.ts.api('GET', '/tasks')).body as {
+        tasks: Array<{ task_id: string; root_agent_id: string }>;
+      };
       if (tasks.length === 0) return;
       const [task] = tasks;
       this.taskId = task!.task_id;
@@ -208,14 +234,18 @@ class ScriptedRoot {
       });
       // A run that stops early closes the client under the waiting call: no answer then.
       this.asked.catch(() => undefined);
-      await waitForEvent(this.ts, this.taskId, (e) => e.event === 'question_asked' && e.origin === 'ask_user', { what: "the root's question" });
+      await waitForEvent(this.ts, this.taskId, (e) => e.event === 'question_asked' && e.origin === 'ask_user', {
+        what: "the root's question",
+      });
       return;
     }
     // Answered (the log says so): its call returns, then the root hands its work up.
     if (!this.reviewed && eventsNamed(durableEvents(this.ts, this.taskId), 'question_answered').length > 0) {
       this.answer = await this.asked!;
       this.reviewed = true;
-      const review = await this.agent!.call('signal_review', { detail: '[REVIEW REQUIRED] haiku.md written: a classic haiku that mentions the tide' });
+      const review = await this.agent!.call('signal_review', {
+        detail: '[REVIEW REQUIRED] haiku.md written: a classic haiku that mentions the tide',
+      });
       if (!review.ok) throw new Error(`signal_review: ${JSON.stringify(review.error)}`);
     }
   }
@@ -226,7 +256,11 @@ class ScriptedRoot {
 }
 
 /** Runs the runnable blocks of `markdown` in one terminal; stops at the first that fails. */
-async function runTour(ts: TestServer, markdown: string, scratch: string): Promise<{ runs: BlockRun[]; root: ScriptedRoot }> {
+async function runTour(
+  ts: TestServer,
+  markdown: string,
+  scratch: string,
+): Promise<{ runs: BlockRun[]; root: ScriptedRoot }> {
   const shims = path.join(scratch, 'bin');
   const home = path.join(scratch, 'home');
   const cwd = path.join(scratch, 'cwd');
@@ -239,7 +273,12 @@ async function runTour(ts: TestServer, markdown: string, scratch: string): Promi
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('BEIDOU_')) env[k] = v;
   // As the tour says: a server elsewhere than the defaults is named by the same settings it was started with.
-  Object.assign(env, { PATH: `${shims}${path.delimiter}${process.env.PATH}`, HOME: home, BEIDOU_SERVER: ts.url, BEIDOU_HOME: ts.home });
+  Object.assign(env, {
+    PATH: `${shims}${path.delimiter}${process.env.PATH}`,
+    HOME: home,
+    BEIDOU_SERVER: ts.url,
+    BEIDOU_HOME: ts.home,
+  });
   const terminal = new Terminal(cwd, env);
   const root = new ScriptedRoot(ts);
   const runs: BlockRun[] = [];
@@ -291,19 +330,45 @@ describe('the README tour', () => {
 
   it('marks every shell block runnable or not run, and runs the tour', () => {
     const blocks = shellBlocks(readme);
-    expect(blocks.filter((b) => b.marker === null).map((b) => `line ${b.line}`), 'shell blocks without <!-- runnable --> or <!-- not run: why -->').toEqual([]);
-    const runnable = blocks.filter((b) => b.marker === 'runnable').map((b) => b.code).join('\n');
-    for (const step of ['beidou task start', 'beidou events', 'beidou questions', 'beidou answer']) expect(runnable).toContain(step);
+    expect(
+      blocks.filter((b) => b.marker === null).map((b) => `line ${b.line}`),
+      'shell blocks without <!-- runnable --> or <!-- not run: why -->',
+    ).toEqual([]);
+    const runnable = blocks
+      .filter((b) => b.marker === 'runnable')
+      .map((b) => b.code)
+      .join('\n');
+    for (const step of ['beidou task start', 'beidou events', 'beidou questions', 'beidou answer'])
+      expect(runnable).toContain(step);
   });
 
   it('finds a block without a marker, and reads an indented one', () => {
-    const md = ['<!-- runnable -->', '```sh', 'echo one', '```', '', 'text', '', '```bash', 'echo two', '```', '- item', '', '  <!-- not run: needs Docker -->', '  ```sh', '  docker ps', '  ```'].join('\n');
+    const md = [
+      '<!-- runnable -->',
+      '```sh',
+      'echo one',
+      '```',
+      '',
+      'text',
+      '',
+      '```bash',
+      'echo two',
+      '```',
+      '- item',
+      '',
+      '  <!-- not run: needs Docker -->',
+      '  ```sh',
+      '  docker ps',
+      '  ```',
+    ].join('\n');
     expect(shellBlocks(md)).toEqual([
       { line: 2, marker: 'runnable', code: 'echo one', sample: null },
       { line: 8, marker: null, code: 'echo two', sample: null },
       { line: 14, marker: 'not run', code: 'docker ps', sample: null },
     ]);
-    const withSample = shellBlocks(['<!-- runnable -->', '```sh', 'beidou questions', '```', '', '```', 'q_1  task', '```'].join('\n'));
+    const withSample = shellBlocks(
+      ['<!-- runnable -->', '```sh', 'beidou questions', '```', '', '```', 'q_1  task', '```'].join('\n'),
+    );
     expect(withSample[0]!.sample).toBe('q_1  task');
   });
 
@@ -314,11 +379,17 @@ describe('the README tour', () => {
     expect(runs).toHaveLength(shellBlocks(readme).filter((b) => b.marker === 'runnable').length);
     // Each output the README shows under a block is what that block printed.
     for (const run of runs.filter((r) => r.block.sample !== null)) {
-      expect(sampleMismatch(run.block.sample!, run.stdout), `README.md line ${run.block.line}: a line of its sample output was not printed\n--- printed\n${run.stdout}`).toBeNull();
+      expect(
+        sampleMismatch(run.block.sample!, run.stdout),
+        `README.md line ${run.block.line}: a line of its sample output was not printed\n--- printed\n${run.stdout}`,
+      ).toBeNull();
     }
     expect(runs.filter((r) => r.block.sample !== null).length).toBeGreaterThanOrEqual(3);
     // What the tour says happened did: the root got the answer typed in the tour, and Approve ended the task.
-    expect(root.answer).toMatchObject({ ok: true, value: { answers: [{ selected_labels: ['Classic'], text: 'mention the tide' }] } });
+    expect(root.answer).toMatchObject({
+      ok: true,
+      value: { answers: [{ selected_labels: ['Classic'], text: 'mention the tide' }] },
+    });
     expect((await ts!.api('GET', `/tasks/${root.taskId}`)).body.task).toMatchObject({ status: 'done' });
     expect(runs.at(-1)!.stdout).toContain('"event":"task_ended"');
     // `beidou attach` set up the folder for Claude Code (docs/claude-code.md says what it writes).
@@ -328,12 +399,23 @@ describe('the README tour', () => {
   }, 120_000);
 
   it('tells a sample output that is no longer true', () => {
-    const printed = 'q_254732824dc3  task tsk_993e1387d453  from ag_51ed44aac8cc  (ask_user, via user)\n  1. [Form] Which form?\n     - Classic: 5-7-5\n';
-    expect(sampleMismatch('q_89c2cabac2a2  task tsk_5c1e0b9a2f3d  from ag_91d4c0e7b2aa  (ask_user, via user)\n     - Classic: 5-7-5', printed)).toBeNull();
+    const printed =
+      'q_254732824dc3  task tsk_993e1387d453  from ag_51ed44aac8cc  (ask_user, via user)\n  1. [Form] Which form?\n     - Classic: 5-7-5\n';
+    expect(
+      sampleMismatch(
+        'q_89c2cabac2a2  task tsk_5c1e0b9a2f3d  from ag_91d4c0e7b2aa  (ask_user, via user)\n     - Classic: 5-7-5',
+        printed,
+      ),
+    ).toBeNull();
     expect(sampleMismatch('     - Classic: 5-7-6', printed)).toBe('     - Classic: 5-7-6');
     // Order counts, and a line ending in ... stands for a longer one.
     expect(sampleMismatch('     - Classic: 5-7-5\n  1. [Form] Which form?', printed)).toBe('  1. [Form] Which form?');
-    expect(sampleMismatch('{"seq":1,"ts":1.5,"event":"task_created",...}', '{"seq":1,"ts":2.25,"event":"task_created","text":"x"}')).toBeNull();
+    expect(
+      sampleMismatch(
+        '{"seq":1,"ts":1.5,"event":"task_created",...}',
+        '{"seq":1,"ts":2.25,"event":"task_created","text":"x"}',
+      ),
+    ).toBeNull();
   });
 
   it('fails at a block with a typo, naming its line', async () => {
@@ -347,9 +429,12 @@ describe('the README tour', () => {
     expect(describeFailure(failed)).toContain(`README.md line ${failed.block.line}: bash exited with 1`);
   }, 60_000);
 
-  it('fails at a block that reads ~/.beidou when the server\'s home is elsewhere', async () => {
+  it("fails at a block that reads ~/.beidou when the server's home is elsewhere", async () => {
     // The old tour's line: `export` succeeds even when its `cat` does not, so only stderr tells.
-    const broken = readme.replace('beidou events --task $TASK\n', 'export ADMIN=$(cat ~/.beidou/admin.token)\nbeidou events --task $TASK\n');
+    const broken = readme.replace(
+      'beidou events --task $TASK\n',
+      'export ADMIN=$(cat ~/.beidou/admin.token)\nbeidou events --task $TASK\n',
+    );
     expect(broken).not.toBe(readme);
     const { runs } = await tour(broken);
     const failed = runs.at(-1)!;

@@ -7,7 +7,14 @@ import { durableEvents, eventsNamed, waitForEvent, waitUntil } from '../support/
 import { until } from '../../src/testkit/poll.js';
 import { pidAlive } from '../../src/util/process.js';
 import { spawnSpawner, type SpawnerProcess } from '../support/process.js';
-import { connectAgent, FakeClock, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  FakeClock,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 /**
  * Reconciliation (docs/spawner-protocol.md#reconciliation): a spawner's heartbeat reports
@@ -15,7 +22,6 @@ import { connectAgent, FakeClock, removeHome, startTestServer, type TestAgent, t
  * reported as a crash, stops what is not the spawner's, and strike counts live in events;
  * agents die with their spawner. First with a hand-driven spawner, then with real ones.
  */
-
 
 describe('reconciliation, hand-driven spawner', () => {
   let ts: TestServer;
@@ -31,7 +37,8 @@ describe('reconciliation, hand-driven spawner', () => {
   async function spawner(instance: string) {
     const { next, post } = await handSpawner(ts, instance, streams);
     /** A heartbeat reporting these agents as running (with made-up pids). */
-    const beat = (ids: string[]) => post('/heartbeat', { agents: ids.map((agent_id, i) => ({ agent_id, pid: 1000 + i, session_id: null })) });
+    const beat = (ids: string[]) =>
+      post('/heartbeat', { agents: ids.map((agent_id, i) => ({ agent_id, pid: 1000 + i, session_id: null })) });
     return { next, post, beat };
   }
 
@@ -42,10 +49,16 @@ describe('reconciliation, hand-driven spawner', () => {
     await s.next('hello');
     const task = (await ts.api('POST', '/tasks', { task: 'reconcile' })).body;
     const rootLaunch = await s.next('launch', task.root_agent_id);
-    expect((await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'r-1', resumed: false })).status).toBe(200);
+    expect((await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'r-1', resumed: false })).status).toBe(
+      200,
+    );
     const root = await connectAgent(ts.url, rootLaunch.token);
     agents.push(root);
-    const team = await root.call('create_team', { name: 'crew', task: 'work', roles: [{ role: 'worker', skill: 'worker', description: 'works' }] });
+    const team = await root.call('create_team', {
+      name: 'crew',
+      task: 'work',
+      roles: [{ role: 'worker', skill: 'worker', description: 'works' }],
+    });
     expect(team.ok).toBe(true);
     if (!team.ok) throw new Error(JSON.stringify(team.error));
     const worker = team.value.members[0].agent_id as string;
@@ -63,7 +76,9 @@ describe('reconciliation, hand-driven spawner', () => {
     // One heartbeat later it is absent: strike 1, resumed with its session, on this spawner.
     clock.advance(1);
     await s.beat([task.root_agent_id]);
-    const crash1 = await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_crashed', { what: 'the first strike' });
+    const crash1 = await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_crashed', {
+      what: 'the first strike',
+    });
     expect(crash1).toMatchObject({ caller_id: worker, exception: 'ProcessMissing', strike_count: 1 });
     expect(await s.next('launch', worker)).toMatchObject({ resume: true, session_id: 'w-1', crash_strikes: 1 });
     expect((await ts.api('GET', `/agents/${worker}`)).body.status).toBe('launching');
@@ -82,18 +97,29 @@ describe('reconciliation, hand-driven spawner', () => {
     await s.next('deliver', worker);
     // This time it reaches the agent (an inbox with a message would relaunch a parked agent).
     await s.post('/ack', { type: 'deliver', agent_id: worker, message_id: sent.message_id });
-    await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input' && e.message_id === sent.message_id, { what: 'the delivery' });
+    await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input' && e.message_id === sent.message_id, {
+      what: 'the delivery',
+    });
 
     // Strike 3: parked, and its leader hears of it.
     clock.advance(1);
     await s.beat([task.root_agent_id]);
-    const down = await waitForEvent(ts, task.task_id, (e) => e.event === 'inbox.posted' && e.to === task.root_agent_id && e.content.startsWith('[AGENT DOWN]'), {
-      what: '[AGENT DOWN] to the leader',
-    });
+    const down = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'inbox.posted' && e.to === task.root_agent_id && e.content.startsWith('[AGENT DOWN]'),
+      {
+        what: '[AGENT DOWN] to the leader',
+      },
+    );
     expect(down.content).toContain(worker);
     const events = durableEvents(ts, task.task_id);
     expect(eventsNamed(events, 'agent_crashed').map((e) => e.strike_count)).toEqual([1, 2, 3]);
-    expect(eventsNamed(events, 'agent_completed', (e) => e.agent_id === worker).map((e) => e.stop_reason)).toEqual(['crashed', 'crashed', 'crash_escalated']);
+    expect(eventsNamed(events, 'agent_completed', (e) => e.agent_id === worker).map((e) => e.stop_reason)).toEqual([
+      'crashed',
+      'crashed',
+      'crash_escalated',
+    ]);
     expect((await ts.api('GET', `/agents/${worker}`)).body.status).toBe('stopped');
 
     // A process for an agent that is not this spawner's any more, or that does not exist, is stopped.
@@ -144,22 +170,31 @@ describe('reconciliation, real spawners', () => {
       spawners.push(s);
       return s;
     };
-    const task = (await ts.api('POST', '/tasks', { task: 'reconcile' })).body as { task_id: string; root_agent_id: string };
+    const task = (await ts.api('POST', '/tasks', { task: 'reconcile' })).body as {
+      task_id: string;
+      root_agent_id: string;
+    };
     return { start, task };
   }
 
   /** The pid the agent's spawner reports running it (GET /api/spawners). */
   const reportedPid = (agentId: string) =>
     until(`a pid reported for ${agentId}`, async () => {
-      const spawnersView = (await ts!.api('GET', '/spawners')).body.spawners as Array<{ agents: Array<{ agent_id: string; pid: number | null }> }>;
+      const spawnersView = (await ts!.api('GET', '/spawners')).body.spawners as Array<{
+        agents: Array<{ agent_id: string; pid: number | null }>;
+      }>;
       return spawnersView.flatMap((s) => s.agents).find((a) => a.agent_id === agentId && a.pid)?.pid ?? undefined;
     });
 
   it('a spawner killed with SIGKILL takes its agents with it, even one that ignores its input closing', async () => {
     const { start, task } = await setup();
-    const ready = { emit: { event: 'assistant_text', message_id: 'ready', text: 'deaf to stdin now', stop_reason: 'end_turn' } };
+    const ready = {
+      emit: { event: 'assistant_text', message_id: 'ready', text: 'deaf to stdin now', stop_reason: 'end_turn' },
+    };
     const spawner = start({ root: [{ ignore_terminate: true }, ready] });
-    await waitForEvent(ts!, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'ready', { what: 'the agent ready' });
+    await waitForEvent(ts!, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'ready', {
+      what: 'the agent ready',
+    });
     const pid = await reportedPid(task.root_agent_id);
     orphans.push(pid);
     expect(pidAlive(pid)).toBe(true);
@@ -172,16 +207,24 @@ describe('reconciliation, real spawners', () => {
     const { start, task } = await setup();
     // On the first spawner: a crash, then a resumed session that runs (no event line: not a clean turn).
     const first = start({ root: [{ crash: 'first crash' }], 'root@resume': [{ say: 'resumed' }] }, 'first');
-    const resumed = await waitUntil(ts!, task.task_id, (ev) => eventsNamed(ev, 'agent_started')[1], { what: 'the resume after strike 1', timeoutMs: 15_000 });
+    const resumed = await waitUntil(ts!, task.task_id, (ev) => eventsNamed(ev, 'agent_started')[1], {
+      what: 'the resume after strike 1',
+      timeoutMs: 15_000,
+    });
     expect(resumed.resumed).toBe(true);
     first.child.kill('SIGKILL');
     await first.exited;
     // On the second: every session crashes. It continues at strike 2 (afresh), then escalates at 3.
     start({ root: [{ crash: 'second crash' }], 'root@resume': [{ crash: 'second crash, resumed' }] }, 'second');
-    const events = await waitUntil(ts!, task.task_id, (ev) => (eventsNamed(ev, 'agent_completed', (e) => e.stop_reason === 'crash_escalated').length ? ev : undefined), {
-      what: 'the escalation',
-      timeoutMs: 25_000,
-    });
+    const events = await waitUntil(
+      ts!,
+      task.task_id,
+      (ev) => (eventsNamed(ev, 'agent_completed', (e) => e.stop_reason === 'crash_escalated').length ? ev : undefined),
+      {
+        what: 'the escalation',
+        timeoutMs: 25_000,
+      },
+    );
     expect(eventsNamed(events, 'agent_crashed').map((e) => e.strike_count)).toEqual([1, 2, 3]);
     const starts = eventsNamed(events, 'agent_started');
     expect(starts.map((e) => e.resumed)).toEqual([false, true, true, false]);
@@ -192,9 +235,23 @@ describe('reconciliation, real spawners', () => {
     const { start, task } = await setup();
     const ask = {
       call: 'ask_user',
-      args: { questions: [{ question: 'Go on?', header: 'Go', multiSelect: false, options: [{ label: 'Yes', description: 'go on' }, { label: 'No', description: 'stop' }] }] },
+      args: {
+        questions: [
+          {
+            question: 'Go on?',
+            header: 'Go',
+            multiSelect: false,
+            options: [
+              { label: 'Yes', description: 'go on' },
+              { label: 'No', description: 'stop' },
+            ],
+          },
+        ],
+      },
     };
-    const got = { emit: { event: 'assistant_text', message_id: 'got', text: '{{answer.content}}', stop_reason: 'end_turn' } };
+    const got = {
+      emit: { event: 'assistant_text', message_id: 'got', text: '{{answer.content}}', stop_reason: 'end_turn' },
+    };
     const spawner = start({ root: [ask], 'root@resume': [{ wait: 'ANSWER', save: 'answer' }, got] });
     const asked = await waitForEvent(ts!, task.task_id, (e) => e.event === 'question_asked', { what: 'the question' });
     const { home, url } = ts!;
@@ -202,18 +259,31 @@ describe('reconciliation, real spawners', () => {
     await ts!.close();
     const t0 = Date.now();
     // The blocked ask_user fails with the server, and so does every restart while it is away.
-    await until('the spawner giving up on it, or five seconds', () => (/"strike":3/.test(spawner.stderr()) || Date.now() - t0 > 5_000 ? true : undefined), 10_000);
+    await until(
+      'the spawner giving up on it, or five seconds',
+      () => (/"strike":3/.test(spawner.stderr()) || Date.now() - t0 > 5_000 ? true : undefined),
+      10_000,
+    );
     ts = await startTestServer({ home, port, env: ENV });
     expect(ts.server.services.registry.agent(task.root_agent_id)!.running).toBe(true);
     // Once the spawner is back, the registry agrees with it within three heartbeats.
-    await until('the spawner reconnected', async () => ((await ts!.api('GET', '/spawners')).body.spawners.some((s: { connected: boolean }) => s.connected) ? true : undefined), 15_000);
+    await until(
+      'the spawner reconnected',
+      async () =>
+        (await ts!.api('GET', '/spawners')).body.spawners.some((s: { connected: boolean }) => s.connected)
+          ? true
+          : undefined,
+      15_000,
+    );
     const back = Date.now();
     await until(
       'the agent running with a live process, or not running',
       async () => {
         const agent = ts!.server.services.registry.agent(task.root_agent_id)!;
         if (!agent.running) return true;
-        const view = (await ts!.api('GET', '/spawners')).body.spawners as Array<{ agents: Array<{ agent_id: string; pid: number | null }> }>;
+        const view = (await ts!.api('GET', '/spawners')).body.spawners as Array<{
+          agents: Array<{ agent_id: string; pid: number | null }>;
+        }>;
         const reported = view.flatMap((s) => s.agents).find((a) => a.agent_id === task.root_agent_id)?.pid;
         return reported && pidAlive(reported) ? true : undefined;
       },
@@ -221,13 +291,24 @@ describe('reconciliation, real spawners', () => {
     );
     expect(Date.now() - back).toBeLessThanOrEqual(3_500);
     // The answer, given after the restart, reaches whichever process now runs the root.
-    const answered = await ts.api('POST', `/questions/${asked.qid}/answer`, { answers: [{ selected_labels: ['Yes'] }] });
+    const answered = await ts.api('POST', `/questions/${asked.qid}/answer`, {
+      answers: [{ selected_labels: ['Yes'] }],
+    });
     expect(answered.status).toBe(200);
-    const heard = await waitForEvent(ts, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'got', { what: 'the agent hearing its answer', timeoutMs: 20_000 });
+    const heard = await waitForEvent(ts, task.task_id, (e) => e.event === 'assistant_text' && e.message_id === 'got', {
+      what: 'the agent hearing its answer',
+      timeoutMs: 20_000,
+    });
     expect(heard.text).toContain(`[ANSWER ${asked.qid}]`);
     const events = durableEvents(ts, task.task_id);
-    const posted = eventsNamed(events, 'inbox.posted', (e) => e.to === task.root_agent_id && e.content.startsWith(`[ANSWER ${asked.qid}]`));
+    const posted = eventsNamed(
+      events,
+      'inbox.posted',
+      (e) => e.to === task.root_agent_id && e.content.startsWith(`[ANSWER ${asked.qid}]`),
+    );
     expect(posted).toHaveLength(1);
-    expect(eventsNamed(events, 'agent_input', (e) => e.message_id === posted[0]!.message_id)).toEqual([expect.objectContaining({ via: 'spawner' })]);
+    expect(eventsNamed(events, 'agent_input', (e) => e.message_id === posted[0]!.message_id)).toEqual([
+      expect.objectContaining({ via: 'spawner' }),
+    ]);
   });
 });

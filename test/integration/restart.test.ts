@@ -1,5 +1,13 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 
 describe('restart on the same home', () => {
   let ts: TestServer | undefined;
@@ -41,7 +49,9 @@ describe('restart on the same home', () => {
     await ts.api('POST', `/agents/${writer!.agent_id}/send`, { content: 'from the user' });
 
     const before = (await ts.api('GET', `/tasks/${task.task_id}`)).body;
-    const peersBefore = await Promise.all(['team', 'children', 'all'].map((scope) => root.call('list_peers', { scope })));
+    const peersBefore = await Promise.all(
+      ['team', 'children', 'all'].map((scope) => root.call('list_peers', { scope })),
+    );
     const editorPeersBefore = await e.call('list_peers', {});
     const eventsBefore = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events;
 
@@ -54,17 +64,24 @@ describe('restart on the same home', () => {
     const e2 = await connectAgent(ts.url, editorToken);
     const w2 = await connectAgent(ts.url, writerToken);
     agents.push(root2, e2, w2);
-    const peersAfter = await Promise.all(['team', 'children', 'all'].map((scope) => root2.call('list_peers', { scope })));
+    const peersAfter = await Promise.all(
+      ['team', 'children', 'all'].map((scope) => root2.call('list_peers', { scope })),
+    );
     expect(peersAfter.map((p) => p.raw.structuredContent)).toEqual(peersBefore.map((p) => p.raw.structuredContent));
     expect((await e2.call('list_peers', {})).raw.structuredContent).toEqual(editorPeersBefore.raw.structuredContent);
 
     const delivered = await e2.call('read_inbox');
-    expect(delivered.ok && delivered.value.messages.map((m: { message_id: string; content: string }) => [m.message_id, m.content])).toEqual([
+    expect(
+      delivered.ok &&
+        delivered.value.messages.map((m: { message_id: string; content: string }) => [m.message_id, m.content]),
+    ).toEqual([
       [pending1.ok && pending1.value.message_id, 'waiting 1'],
       [pending2.ok && pending2.value.message_id, 'waiting 2'],
     ]);
     const userMessage = await w2.call('read_inbox');
-    expect(userMessage.ok && userMessage.value.messages).toEqual([expect.objectContaining({ from: 'user', kind: 'user', content: 'from the user' })]);
+    expect(userMessage.ok && userMessage.value.messages).toEqual([
+      expect.objectContaining({ from: 'user', kind: 'user', content: 'from the user' }),
+    ]);
     expect((await e2.call('read_inbox')).raw.structuredContent).toEqual({ messages: [] });
 
     // Once more: what was delivered stays delivered, and the log continues gaplessly.
@@ -74,7 +91,9 @@ describe('restart on the same home', () => {
     const e3 = await connectAgent(ts.url, editorToken);
     agents.push(e3);
     expect((await e3.call('read_inbox')).raw.structuredContent).toEqual({ messages: [] });
-    const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<{ seq: number }>;
+    const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<{
+      seq: number;
+    }>;
     expect(events.slice(0, eventsBefore.length)).toEqual(eventsBefore);
     expect(events.map((ev) => ev.seq)).toEqual(events.map((_, i) => i + 1));
   });

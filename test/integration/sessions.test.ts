@@ -1,5 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { connectAgent, createTask, FakeClock, removeHome, startTestServer, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  FakeClock,
+  removeHome,
+  startTestServer,
+  type TestServer,
+} from '../support/server.js';
 import { until } from '../../src/testkit/poll.js';
 
 describe('MCP sessions', () => {
@@ -15,12 +22,21 @@ describe('MCP sessions', () => {
     const clock = new FakeClock();
     ts = await startTestServer({ env: { BEIDOU_SESSION_IDLE_S: '1' }, clock });
     const task = await createTask(ts);
-    const headers = { authorization: `Bearer ${task.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+    const headers = {
+      authorization: `Bearer ${task.token}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+    };
     // A bare client: initialize, and nothing left open.
     const init = await fetch(`${ts.url}/mcp`, {
       method: 'POST',
       headers,
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bare', version: '0' } } }),
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bare', version: '0' } },
+      }),
     });
     const sessionId = init.headers.get('mcp-session-id')!;
     await init.text();
@@ -29,7 +45,11 @@ describe('MCP sessions', () => {
     expect(ts.server.mcpSessions()).toBe(2);
     clock.advance(5);
     await until('the idle session to expire', () => (ts.server.mcpSessions() === 1 ? true : undefined), 5_000);
-    const stale = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { ...headers, 'mcp-session-id': sessionId }, body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }) });
+    const stale = await fetch(`${ts.url}/mcp`, {
+      method: 'POST',
+      headers: { ...headers, 'mcp-session-id': sessionId },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }),
+    });
     expect(stale.status).toBe(404);
     expect((await sdk.call('list_peers')).ok).toBe(true);
     await sdk.close();

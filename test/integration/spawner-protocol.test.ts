@@ -31,41 +31,66 @@ describe('spawner protocol', () => {
     expect(hello.spawner_id).toMatch(/\.box-1$/);
     const task = (await ts.api('POST', '/tasks', { task: 'protocol' })).body;
     const launch = await s.next('launch');
-    expect(launch).toMatchObject({ agent_id: task.root_agent_id, task_id: task.task_id, resume: false, is_root: true, first_message: 'protocol' });
+    expect(launch).toMatchObject({
+      agent_id: task.root_agent_id,
+      task_id: task.task_id,
+      resume: false,
+      is_root: true,
+      first_message: 'protocol',
+    });
     expect(launch.prompt).toContain('## Persistent-agent contract');
     // The launch carries the agent's own working token, never written to the event log.
     const agent = await connectAgent(ts.url, launch.token);
     expect((await agent.call('list_peers')).ok).toBe(true);
     await agent.close();
 
-    expect(await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'sess-1', resumed: false })).toMatchObject({ status: 200 });
+    expect(
+      await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'sess-1', resumed: false }),
+    ).toMatchObject({ status: 200 });
     const started = await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_started');
     expect(started).toMatchObject({ session_id: 'sess-1', spawner_id: hello.spawner_id, template: 'leader' });
 
     const sent = (await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: 'hello agent' })).body;
     const deliver = await s.next('deliver');
-    expect(deliver).toMatchObject({ message_id: sent.message_id, from: 'user', content: '[from user (user)] hello agent' });
+    expect(deliver).toMatchObject({
+      message_id: sent.message_id,
+      from: 'user',
+      content: '[from user (user)] hello agent',
+    });
     // Reserved for the spawner: no other path may take it meanwhile.
     const other = await connectAgent(ts.url, launch.token);
     expect((await other.call('read_inbox')).raw.structuredContent).toEqual({ messages: [] });
     await other.close();
-    expect((await s.post('/ack', { type: 'deliver', agent_id: task.root_agent_id, message_id: sent.message_id })).status).toBe(200);
-    const input = await waitForEvent(ts, task.task_id, (e) => e.event === 'agent_input' && e.message_id === sent.message_id);
+    expect(
+      (await s.post('/ack', { type: 'deliver', agent_id: task.root_agent_id, message_id: sent.message_id })).status,
+    ).toBe(200);
+    const input = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'agent_input' && e.message_id === sent.message_id,
+    );
     expect(input.via).toBe('spawner');
 
     // Drained events: validated, identity from the route.
     const events = await s.post(`/agents/${task.root_agent_id}/events`, {
-      events: [{ event: 'assistant_text', message_id: 'm1', text: 'hi', stop_reason: 'end_turn', caller_id: 'ag_forged' }],
+      events: [
+        { event: 'assistant_text', message_id: 'm1', text: 'hi', stop_reason: 'end_turn', caller_id: 'ag_forged' },
+      ],
     });
     expect(events).toMatchObject({ status: 200, body: { accepted: 1 } });
     const text = await waitForEvent(ts, task.task_id, (e) => e.event === 'assistant_text');
     expect(text.caller_id).toBe(task.root_agent_id);
     const bad = await s.post(`/agents/${task.root_agent_id}/events`, {
-      events: [{ event: 'assistant_text', message_id: 'm2', text: 'fine', stop_reason: null }, { event: 'turn.usage', message_id: 'm2', input_tokens: -1 }],
+      events: [
+        { event: 'assistant_text', message_id: 'm2', text: 'fine', stop_reason: null },
+        { event: 'turn.usage', message_id: 'm2', input_tokens: -1 },
+      ],
     });
     expect(bad).toMatchObject({ status: 400, body: { error: 'invalid_input' } });
     expect(bad.body.details.field).toMatch(/^events\[1\]\./);
-    const notAllowed = await s.post(`/agents/${task.root_agent_id}/events`, { events: [{ event: 'task_ended', status: 'done', reason: 'x' }] });
+    const notAllowed = await s.post(`/agents/${task.root_agent_id}/events`, {
+      events: [{ event: 'task_ended', status: 'done', reason: 'x' }],
+    });
     expect(notAllowed).toMatchObject({ status: 400, body: { details: { field: 'events[0].event' } } });
 
     expect((await ts.api('POST', `/tasks/${task.task_id}/terminate`, {})).status).toBe(200);
@@ -80,7 +105,11 @@ describe('spawner protocol', () => {
     // A repeated ack is harmless; the slot is free; the token is dead.
     expect((await s.post('/ack', { type: 'terminate', agent_id: task.root_agent_id })).status).toBe(200);
     expect((await ts.api('GET', '/spawners')).body.spawners[0].agents).toEqual([]);
-    const refused = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { authorization: `Bearer ${launch.token}`, 'content-type': 'application/json' }, body: '{}' });
+    const refused = await fetch(`${ts.url}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${launch.token}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(refused.status).toBe(401);
   });
 
@@ -96,21 +125,41 @@ describe('spawner protocol', () => {
     await b.next('hello');
     const launchB = await b.next('launch');
     expect(launchB.agent_id).toBe(second.root_agent_id);
-    expect(await b.post(`/agents/${first.root_agent_id}/started`, {})).toMatchObject({ status: 409, body: { error: 'not_your_agent' } });
-    expect(await b.post('/ack', { type: 'deliver', agent_id: first.root_agent_id, message_id: 'msg_x' })).toMatchObject({ status: 409 });
+    expect(await b.post(`/agents/${first.root_agent_id}/started`, {})).toMatchObject({
+      status: 409,
+      body: { error: 'not_your_agent' },
+    });
+    expect(await b.post('/ack', { type: 'deliver', agent_id: first.root_agent_id, message_id: 'msg_x' })).toMatchObject(
+      { status: 409 },
+    );
 
     // Terminated before its process reported a start: the start is refused (end the process).
     expect((await ts.api('POST', `/tasks/${first.task_id}/terminate`, {})).status).toBe(200);
     expect(await a.next('terminate')).toMatchObject({ agent_id: first.root_agent_id });
-    expect(await a.post(`/agents/${first.root_agent_id}/started`, {})).toMatchObject({ status: 409, body: { error: 'not_your_agent' } });
+    expect(await a.post(`/agents/${first.root_agent_id}/started`, {})).toMatchObject({
+      status: 409,
+      body: { error: 'not_your_agent' },
+    });
     // Its acknowledgement frees the slot: a third task lands on spawner a.
     await a.post('/ack', { type: 'terminate', agent_id: first.root_agent_id });
     const third = (await ts.api('POST', '/tasks', { task: 'three' })).body;
     expect((await a.next('launch')).agent_id).toBe(third.root_agent_id);
 
-    const noInstance = await fetch(`${ts.url}/api/spawner/heartbeat`, { method: 'POST', headers: { authorization: `Bearer ${a.token}`, 'content-type': 'application/json' }, body: '{}' });
+    const noInstance = await fetch(`${ts.url}/api/spawner/heartbeat`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${a.token}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(noInstance.status).toBe(400);
-    const agentToken = await fetch(`${ts.url}/api/spawner/heartbeat`, { method: 'POST', headers: { authorization: `Bearer ${launchB.token}`, 'beidou-spawner-instance': 'x', 'content-type': 'application/json' }, body: '{}' });
+    const agentToken = await fetch(`${ts.url}/api/spawner/heartbeat`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${launchB.token}`,
+        'beidou-spawner-instance': 'x',
+        'content-type': 'application/json',
+      },
+      body: '{}',
+    });
     expect(agentToken.status).toBe(401);
     expect(((await agentToken.json()) as { error: string }).error).toBe('wrong_token_kind');
   });
@@ -124,23 +173,38 @@ describe('spawner protocol', () => {
     await s.next('hello');
     const task = (await ts.api('POST', '/tasks', { task: 'rework guard' })).body;
     const launch = await s.next('launch');
-    expect(await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'sess-1', resumed: false })).toMatchObject({ status: 200 });
+    expect(
+      await s.post(`/agents/${task.root_agent_id}/started`, { session_id: 'sess-1', resumed: false }),
+    ).toMatchObject({ status: 200 });
     const root = await connectAgent(ts.url, launch.token);
     expect((await root.call('signal_review', { detail: '[REVIEW REQUIRED] all done' })).ok).toBe(true);
     await root.close();
-    const question = await waitForEvent(ts, task.task_id, (e) => e.event === 'question_asked' && e.origin === 'root_review');
+    const question = await waitForEvent(
+      ts,
+      task.task_id,
+      (e) => e.event === 'question_asked' && e.origin === 'root_review',
+    );
 
     // The task is terminated; the spawner has the terminate command but has not acknowledged it.
     expect(await ts.api('POST', `/tasks/${task.task_id}/terminate`, {})).toMatchObject({ status: 200 });
     await s.next('terminate');
-    expect(ts.server.services.registry.agent(task.root_agent_id)).toMatchObject({ terminate_posted: true, terminate_consumed: false });
+    expect(ts.server.services.registry.agent(task.root_agent_id)).toMatchObject({
+      terminate_posted: true,
+      terminate_consumed: false,
+    });
 
-    const answered = await ts.api('POST', `/questions/${question.qid}/answer`, { answers: [{ selected_labels: ['Rework'], text: 'one more pass' }] });
+    const answered = await ts.api('POST', `/questions/${question.qid}/answer`, {
+      answers: [{ selected_labels: ['Rework'], text: 'one more pass' }],
+    });
     expect(answered).toMatchObject({ status: 200 });
     const all = durableEvents(ts, task.task_id);
     const answer = eventsNamed(all, 'question_answered')[0]!;
-    expect(eventsNamed(all, 'completion.reported')).toEqual([expect.objectContaining({ decision: 'rework', seq: answer.seq + 1 })]);
-    expect(eventsNamed(all, 'send_message', (e) => e.caller_id === 'user')).toEqual([expect.objectContaining({ to: task.root_agent_id, content: 'one more pass' })]);
+    expect(eventsNamed(all, 'completion.reported')).toEqual([
+      expect.objectContaining({ decision: 'rework', seq: answer.seq + 1 }),
+    ]);
+    expect(eventsNamed(all, 'send_message', (e) => e.caller_id === 'user')).toEqual([
+      expect.objectContaining({ to: task.root_agent_id, content: 'one more pass' }),
+    ]);
     expect(eventsNamed(all, 'review.acknowledged')).toEqual([]);
     expect(ts.server.services.registry.agent(task.root_agent_id)!.review).not.toBeNull();
   });
@@ -166,21 +230,38 @@ describe('spawner protocol', () => {
 
     // Both fall silent past three beats; B's beat arrives while A's loss is being committed.
     const unsubscribe = registry.observe((events) => {
-      if (events.some((e) => e.event === 'spawner.lost' && (e as { spawner_id?: string }).spawner_id === helloA.spawner_id)) {
+      if (
+        events.some(
+          (e) => e.event === 'spawner.lost' && (e as { spawner_id?: string }).spawner_id === helloA.spawner_id,
+        )
+      ) {
         ts.server.services.spawners.heartbeat(helloB.spawner_id);
       }
     });
     clock.advance(1);
     const outcome = await Promise.race([
-      waitForEvent(ts, onA.task_id, (e) => e.event === 'launch.assigned' && e.spawner_id === helloB.spawner_id, { what: "A's agent taken over by B" }),
+      waitForEvent(ts, onA.task_id, (e) => e.event === 'launch.assigned' && e.spawner_id === helloB.spawner_id, {
+        what: "A's agent taken over by B",
+      }),
       waitForEvent(ts, onB.task_id, (e) => e.event === 'spawner.lost', { what: 'B lost' }),
     ]);
     unsubscribe();
-    expect(outcome).toMatchObject({ event: 'launch.assigned', agent_id: onA.root_agent_id, spawner_id: helloB.spawner_id });
+    expect(outcome).toMatchObject({
+      event: 'launch.assigned',
+      agent_id: onA.root_agent_id,
+      spawner_id: helloB.spawner_id,
+    });
     await b.next('launch');
     expect(registry.agent(onB.root_agent_id)!.spawner_id).toBe(helloB.spawner_id);
     expect(durableEvents(ts, onB.task_id).filter((e) => e.event === 'spawner.lost')).toEqual([]);
-    const view = (await ts.api('GET', '/spawners')).body.spawners as Array<{ spawner_id: string; connected: boolean; agents: unknown[] }>;
-    expect(view.find((v) => v.spawner_id === helloB.spawner_id)).toMatchObject({ connected: true, agents: [expect.anything(), expect.anything()] });
+    const view = (await ts.api('GET', '/spawners')).body.spawners as Array<{
+      spawner_id: string;
+      connected: boolean;
+      agents: unknown[];
+    }>;
+    expect(view.find((v) => v.spawner_id === helloB.spawner_id)).toMatchObject({
+      connected: true,
+      agents: [expect.anything(), expect.anything()],
+    });
   });
 });

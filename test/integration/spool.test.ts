@@ -20,7 +20,11 @@ const freePort = () =>
   });
 
 /** Polls until `check` gives a value (a condition on files or another process's API; nothing to subscribe to). */
-async function until<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = 20_000): Promise<T> {
+async function until<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
@@ -90,7 +94,9 @@ describe('the spawner spool', () => {
   it('coalesces one agent’s events into one post, and keeps non-observing entries when full', async () => {
     const dir = tmp('beidou-spool-unit-');
     const spool = await Spool.open(dir, { maxBytes: 300, newInstance: () => 'box-2' });
-    const ev = (i: number) => ({ events: [{ event: 'assistant_text', message_id: `m${i}`, text: 'x'.repeat(50), stop_reason: null }] });
+    const ev = (i: number) => ({
+      events: [{ event: 'assistant_text', message_id: `m${i}`, text: 'x'.repeat(50), stop_reason: null }],
+    });
     for (let i = 0; i < 6; i++) await spool.append('/agents/a/events', ev(i), true);
     await spool.append('/ack', { type: 'terminate', agent_id: 'a' }, false);
     expect(spool.dropped).toBeGreaterThan(0); // past 300 bytes the observing events are dropped…
@@ -157,18 +163,23 @@ describe('a server outage', () => {
     );
     const token = (await api('POST', '/spawner-tokens', {})).token as string;
     const task = await api('POST', '/tasks', { task: 'outage' });
-    const events = async (): Promise<Ev[]> => (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
+    const events = async (): Promise<Ev[]> =>
+      (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
     const spoolDir = path.join(work, 'spool');
     const args = ['--spool-dir', spoolDir, '--workdir', path.join(work, 'agents'), '--restart-backoff', '0.2,0.5,1'];
     spawners.push(spawnSpawner(proc.url, token, scriptFile, args));
-    await until('the texts before the outage', async () => ((await events()).filter((e) => e.event === 'assistant_text').length === 2 ? true : undefined));
+    await until('the texts before the outage', async () =>
+      (await events()).filter((e) => e.event === 'assistant_text').length === 2 ? true : undefined,
+    );
 
     proc.child.kill('SIGKILL');
     await proc.exited;
     writeFileSync(go, '');
     // Everything the agent did meanwhile, and its exit, are on disk in the spool.
     const spoolFile = path.join(spoolDir, 'spool.jsonl');
-    await until('the agent exit in the spool', () => (existsSync(spoolFile) && readFileSync(spoolFile, 'utf8').includes('ServerUnreachable') ? true : undefined));
+    await until('the agent exit in the spool', () =>
+      existsSync(spoolFile) && readFileSync(spoolFile, 'utf8').includes('ServerUnreachable') ? true : undefined,
+    );
     expect(readFileSync(spoolFile, 'utf8')).toContain('"d5"');
     const snapshot = path.join(work, 'spool-snapshot');
     cpSync(spoolDir, snapshot, { recursive: true });
@@ -197,7 +208,9 @@ describe('a server outage', () => {
     cpSync(snapshot, spoolDir, { recursive: true });
     const replaying = spawnSpawner(proc.url, token, scriptFile, args);
     spawners.push(replaying);
-    await until('the replayed spool to be acknowledged', () => (readSpoolFile(spoolFile).entries.length === 0 ? true : undefined));
+    await until('the replayed spool to be acknowledged', () =>
+      readSpoolFile(spoolFile).entries.length === 0 ? true : undefined,
+    );
     const final = await events();
     const replayedTexts = final.filter((e) => e.event === 'assistant_text').map((e) => e.text);
     expect(replayedTexts.filter((t) => during.includes(t))).toEqual(during);
@@ -215,14 +228,40 @@ describe('a server outage', () => {
     const work = mkdtempSync(path.join(os.tmpdir(), 'beidou-outage-'));
     dirs.push(work);
     const scriptFile = path.join(work, 'script.json');
-    const question = { question: 'Which tone?', header: 'Tone', multiSelect: false, options: [{ label: 'Formal', description: 'formal' }, { label: 'Casual', description: 'casual' }] };
+    const question = {
+      question: 'Which tone?',
+      header: 'Tone',
+      multiSelect: false,
+      options: [
+        { label: 'Formal', description: 'formal' },
+        { label: 'Casual', description: 'casual' },
+      ],
+    };
     // The blocked ask_user ends with gateway_unavailable when the server stops: the agent exits with code 3.
-    writeFileSync(scriptFile, JSON.stringify({ root: [{ call: 'ask_user', args: { questions: [question] } }], 'root@resume': [text('resumed')] }));
+    writeFileSync(
+      scriptFile,
+      JSON.stringify({
+        root: [{ call: 'ask_user', args: { questions: [question] } }],
+        'root@resume': [text('resumed')],
+      }),
+    );
     const token = (await api('POST', '/spawner-tokens', {})).token as string;
     const task = await api('POST', '/tasks', { task: 'ask during a restart' });
-    const events = async (): Promise<Ev[]> => (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
-    spawners.push(spawnSpawner(proc.url, token, scriptFile, ['--spool-dir', path.join(work, 'spool'), '--workdir', path.join(work, 'agents'), '--restart-backoff', '0.2,0.5,1']));
-    await until('the question', async () => ((await events()).some((e) => e.event === 'question_asked') ? true : undefined));
+    const events = async (): Promise<Ev[]> =>
+      (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
+    spawners.push(
+      spawnSpawner(proc.url, token, scriptFile, [
+        '--spool-dir',
+        path.join(work, 'spool'),
+        '--workdir',
+        path.join(work, 'agents'),
+        '--restart-backoff',
+        '0.2,0.5,1',
+      ]),
+    );
+    await until('the question', async () =>
+      (await events()).some((e) => e.event === 'question_asked') ? true : undefined,
+    );
 
     proc.child.kill('SIGTERM');
     await proc.exited;
@@ -232,7 +271,9 @@ describe('a server outage', () => {
       return ev.some((e) => e.event === 'assistant_text' && e.text === 'resumed') ? ev : undefined;
     });
     expect(eventsNamed(after as any, 'agent_crashed')).toEqual([]);
-    expect(eventsNamed(after as any, 'agent_error').map((e) => [e.exception, e.msg])).toEqual([['ServerUnreachable', 'exited with code 3 while the server was unreachable']]);
+    expect(eventsNamed(after as any, 'agent_error').map((e) => [e.exception, e.msg])).toEqual([
+      ['ServerUnreachable', 'exited with code 3 while the server was unreachable'],
+    ]);
     expect(eventsNamed(after as any, 'agent_started').map((e) => e.resumed)).toEqual([false, true]);
     expect(after.map((e) => e.seq)).toEqual(after.map((_, i) => i + 1));
   });
@@ -243,11 +284,23 @@ describe('a server outage', () => {
     writeFileSync(scriptFile, JSON.stringify({ root: [{ crash: 'boom' }] }));
     const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
     const task = (await ts.api('POST', '/tasks', { task: 'crashes' })).body as { task_id: string };
-    spawners.push(spawnSpawner(ts.url, token, scriptFile, ['--workdir', path.join(ts.home, 'agents'), '--restart-backoff', '0.3,0.6']));
-    const events = await waitUntil(ts, task.task_id, (ev) => (eventsNamed(ev, 'agent_completed', (e) => e.stop_reason === 'crash_escalated').length ? ev : undefined), {
-      what: 'the crash escalation',
-      timeoutMs: 20_000,
-    });
+    spawners.push(
+      spawnSpawner(ts.url, token, scriptFile, [
+        '--workdir',
+        path.join(ts.home, 'agents'),
+        '--restart-backoff',
+        '0.3,0.6',
+      ]),
+    );
+    const events = await waitUntil(
+      ts,
+      task.task_id,
+      (ev) => (eventsNamed(ev, 'agent_completed', (e) => e.stop_reason === 'crash_escalated').length ? ev : undefined),
+      {
+        what: 'the crash escalation',
+        timeoutMs: 20_000,
+      },
+    );
     const crashes = eventsNamed(events, 'agent_crashed').map((e) => e.ts);
     const starts = eventsNamed(events, 'agent_started').map((e) => e.ts);
     expect(crashes).toHaveLength(3);

@@ -1,5 +1,14 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { agentToken, connectAgent, createTask, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+  type ToolOutcome,
+} from '../support/server.js';
 
 /**
  * A whole team's life, end to end over HTTP: every agent is a real MCP client
@@ -62,8 +71,12 @@ describe('topology walkthrough', () => {
     const detail = (await ts.api('GET', `/tasks/${task.task_id}`)).body;
     const designRecord = detail.agents.find((a: { agent_id: string }) => a.agent_id === design.agent_id);
     expect(designRecord.launch.state).toBe('queued');
-    expect(designRecord.launch.first_message).toMatch(/^\[TASK ASSIGNMENT\]\nplan_task_id: design\nartifacts_path: .*artifacts\/design\n\[\/TASK ASSIGNMENT\]\n\ndesign it, with a team$/);
-    expect(designRecord.launch.prompt).toMatch(/## Identity[\s\S]*## Persistent-agent contract[\s\S]*## Completion-handoff contract/);
+    expect(designRecord.launch.first_message).toMatch(
+      /^\[TASK ASSIGNMENT\]\nplan_task_id: design\nartifacts_path: .*artifacts\/design\n\[\/TASK ASSIGNMENT\]\n\ndesign it, with a team$/,
+    );
+    expect(designRecord.launch.prompt).toMatch(
+      /## Identity[\s\S]*## Persistent-agent contract[\s\S]*## Completion-handoff contract/,
+    );
 
     // The child leads its own plan and spawns two grandchildren.
     const architect = (await as(design.agent_id)).client;
@@ -103,7 +116,9 @@ describe('topology walkthrough', () => {
     // Rework for the API, approval for the UI.
     ok(await architect.call('send_message', { to: api.agent_id, content: 'add error codes' }));
     ok(await architect.call('terminate_child', { agent_id: ui.agent_id }));
-    expect(ok(await apiAgent.call('read_inbox')).messages.map((m: { content: string }) => m.content)).toEqual(['add error codes']);
+    expect(ok(await apiAgent.call('read_inbox')).messages.map((m: { content: string }) => m.content)).toEqual([
+      'add error codes',
+    ]);
     ok(await apiAgent.call('signal_review', { detail: '[REVIEW REQUIRED] api.md with error codes' }));
     ok(await architect.call('terminate_child', { agent_id: api.agent_id }));
     expect(ok(await architect.call('list_pending_reviews')).reviews).toEqual([]);
@@ -116,17 +131,27 @@ describe('topology walkthrough', () => {
     expect(build.team_id).toBe(design.team_id);
 
     // Terminating the root cascades to every agent still alive.
-    const live = (await ts.api('GET', `/tasks/${task.task_id}`)).body.agents.filter((a: { status: string }) => a.status !== 'terminated');
-    expect(live.map((a: { agent_id: string }) => a.agent_id).sort()).toEqual([task.root_agent_id, docs.agent_id, build.agent_id].sort());
+    const live = (await ts.api('GET', `/tasks/${task.task_id}`)).body.agents.filter(
+      (a: { status: string }) => a.status !== 'terminated',
+    );
+    expect(live.map((a: { agent_id: string }) => a.agent_id).sort()).toEqual(
+      [task.root_agent_id, docs.agent_id, build.agent_id].sort(),
+    );
     expect((await ts.api('POST', `/tasks/${task.task_id}/terminate`, {})).status).toBe(200);
     const after = (await ts.api('GET', `/tasks/${task.task_id}`)).body;
     expect(after.task.status).toBe('terminated');
     expect(after.agents.every((a: { status: string }) => a.status === 'terminated')).toBe(true);
-    const refused = await fetch(`${ts.url}/mcp`, { method: 'POST', headers: { authorization: `Bearer ${task.token}`, 'content-type': 'application/json' }, body: '{}' });
+    const refused = await fetch(`${ts.url}/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${task.token}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
     expect(refused.status).toBe(401);
 
     // The log holds the events in the order docs/events.md promises.
-    const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<Record<string, any>>;
+    const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<
+      Record<string, any>
+    >;
     const idx = (pred: (e: Record<string, any>) => boolean) => events.findIndex(pred);
     const teamCreated = idx((e) => e.event === 'team_created' && e.team_id === design.team_id);
     const firstSpawned = idx((e) => e.event === 'agent_spawned' && e.team_id === design.team_id);

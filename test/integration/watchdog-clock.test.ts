@@ -1,7 +1,17 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { messageDrafts } from '../../src/domain/messages.js';
 import { durableEvents, eventsNamed } from '../support/events.js';
-import { agentToken, connectAgent, createTask, FakeClock, removeHome, startTestServer, type TestAgent, type TestServer, type ToolOutcome } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  FakeClock,
+  removeHome,
+  startTestServer,
+  type TestAgent,
+  type TestServer,
+  type ToolOutcome,
+} from '../support/server.js';
 
 /**
  * The watchdog on a fake clock: the timer is set far beyond the test (an hour), the test
@@ -24,7 +34,11 @@ describe('watchdog (fake clock)', () => {
     clock = new FakeClock();
     ts = await startTestServer({
       clock,
-      env: { BEIDOU_WATCHDOG_S: '3600', BEIDOU_REVIEW_PING_S: String(REVIEW_PING_S), BEIDOU_IDLE_NUDGE_S: String(IDLE_NUDGE_S) },
+      env: {
+        BEIDOU_WATCHDOG_S: '3600',
+        BEIDOU_REVIEW_PING_S: String(REVIEW_PING_S),
+        BEIDOU_IDLE_NUDGE_S: String(IDLE_NUDGE_S),
+      },
     });
   });
   afterEach(async () => {
@@ -75,10 +89,18 @@ describe('watchdog (fake clock)', () => {
     expect(ping2[1]).toMatchObject({ event: 'completion.reping', ping_count: 2 });
     const escalation = await after(REVIEW_PING_S, task.task_id);
     expect(names(escalation)).toEqual(['question_asked', 'review.escalated_to_user']);
-    expect(escalation[0]).toMatchObject({ asker: 'beidou', origin: 'review_escalation', subject_agent_id: task.root_agent_id });
+    expect(escalation[0]).toMatchObject({
+      asker: 'beidou',
+      origin: 'review_escalation',
+      subject_agent_id: task.root_agent_id,
+    });
     expect(escalation[0]!.questions[0].question).toContain(`waited ${3 * REVIEW_PING_S} s`);
     // Silent from then on, however long it waits.
-    expect(names(await after(10 * REVIEW_PING_S, task.task_id)).filter((n) => n !== 'liveness.nudge' && n !== 'inbox.posted')).toEqual([]);
+    expect(
+      names(await after(10 * REVIEW_PING_S, task.task_id)).filter(
+        (n) => n !== 'liveness.nudge' && n !== 'inbox.posted',
+      ),
+    ).toEqual([]);
     const all = durableEvents(ts, task.task_id);
     expect(eventsNamed(all, 'completion.reping')).toHaveLength(2);
     expect(eventsNamed(all, 'review.escalated_to_user')).toHaveLength(1);
@@ -91,13 +113,16 @@ describe('watchdog (fake clock)', () => {
     const root = await connect(task.token);
     await ok(root.call('declare_plan', { tasks: [t('a')] }));
     await ok(root.call('spawn_agent', { task_id: 'a' }));
-    const nudgesOf = (events: Array<Record<string, any>>) => events.filter((e) => e.event === 'liveness.nudge' && e.agent_id === rootId);
+    const nudgesOf = (events: Array<Record<string, any>>) =>
+      events.filter((e) => e.event === 'liveness.nudge' && e.agent_id === rootId);
 
     expect(nudgesOf(await after(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
     const first = nudgesOf(await after(1, task.task_id));
     expect(first).toEqual([expect.objectContaining({ nudge_count: 1, idle_s: IDLE_NUDGE_S })]);
     expect(nudgesOf(await after(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
-    expect(nudgesOf(await after(1, task.task_id))).toEqual([expect.objectContaining({ nudge_count: 2, idle_s: 2 * IDLE_NUDGE_S })]);
+    expect(nudgesOf(await after(1, task.task_id))).toEqual([
+      expect.objectContaining({ nudge_count: 2, idle_s: 2 * IDLE_NUDGE_S }),
+    ]);
     const third = await after(IDLE_NUDGE_S, task.task_id);
     expect(third.filter((e) => e.event === 'liveness.escalated_to_user')).toEqual([
       expect.objectContaining({ agent_id: rootId, idle_s: 3 * IDLE_NUDGE_S }),
@@ -118,14 +143,19 @@ describe('watchdog (fake clock)', () => {
     await ok(root.call('declare_plan', { tasks: [t('a'), t('b')] }));
     const aId = (await ok(root.call('spawn_agent', { task_id: 'a' }))).agent_id as string;
     const bId = (await ok(root.call('spawn_agent', { task_id: 'b' }))).agent_id as string;
-    for (const id of [aId, bId]) await ok((await connect(await agentToken(ts, id))).call('signal_review', { detail: '[REVIEW REQUIRED] ready' }));
+    for (const id of [aId, bId])
+      await ok((await connect(await agentToken(ts, id))).call('signal_review', { detail: '[REVIEW REQUIRED] ready' }));
 
     // The moment a's ping is applied (before it is on disk), the root's rework to b is
     // committed too: it lands while the watchdog waits for a's ping to be durable.
     const { registry, domain } = ts.server.services;
     let reworked = false;
     const unsubscribe = registry.observe((events) => {
-      if (reworked || !events.some((e) => e.event === 'completion.reping' && (e as { agent_id?: string }).agent_id === aId)) return;
+      if (
+        reworked ||
+        !events.some((e) => e.event === 'completion.reping' && (e as { agent_id?: string }).agent_id === aId)
+      )
+        return;
       reworked = true;
       queueMicrotask(() => void registry.commit(messageDrafts(domain, rootId, registry.agent(bId)!, 'rework please')));
     });

@@ -57,7 +57,13 @@ describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000
     });
     expect(created.status).toBe(201);
     const task = (await created.json()) as { task_id: string };
-    expect(await withDatabase(home, async (c) => (await c.query('SELECT count(*)::int AS n FROM events WHERE task_id = $1', [task.task_id])).rows[0].n)).toBeGreaterThan(0);
+    expect(
+      await withDatabase(
+        home,
+        async (c) =>
+          (await c.query('SELECT count(*)::int AS n FROM events WHERE task_id = $1', [task.task_id])).rows[0].n,
+      ),
+    ).toBeGreaterThan(0);
 
     // Another home, the same database: a standby, which says so and points at the active one.
     const second = await serve(newHome(), url);
@@ -67,7 +73,12 @@ describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000
 
     // Without the shared secrets in the environment, a server on a database does not start.
     const bare = await beidou(['serve', '--port', '0', '--home', newHome(), '--database-url', url]);
-    expect(bare).toMatchObject({ code: 2, stdout: '', stderr: 'beidou: with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)\n' });
+    expect(bare).toMatchObject({
+      code: 2,
+      stdout: '',
+      stderr:
+        'beidou: with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)\n',
+    });
 
     const refused = await beidou(['stats', 'rebuild', '--database-url', url]);
     expect(refused.code).toBe(2);
@@ -76,16 +87,37 @@ describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000
     expect(await server.child.stop('SIGTERM')).toEqual({ code: 0, signal: null });
     await withDatabase(home, (c) => c.query('DELETE FROM tasks'));
     const rebuilt = await beidou(['stats', 'rebuild'], { BEIDOU_DATABASE_URL: url });
-    expect(rebuilt).toEqual({ code: 0, stdout: `rebuilt the rollup tables of ${shown}: 1 tasks, 0 teams, 1 agents, 0 questions\n`, stderr: '' });
-    expect(await rollupRows(home, 'SELECT task_id, text FROM tasks')).toEqual([{ task_id: task.task_id, text: 'kept in PostgreSQL' }]);
+    expect(rebuilt).toEqual({
+      code: 0,
+      stdout: `rebuilt the rollup tables of ${shown}: 1 tasks, 0 teams, 1 agents, 0 questions\n`,
+      stderr: '',
+    });
+    expect(await rollupRows(home, 'SELECT task_id, text FROM tasks')).toEqual([
+      { task_id: task.task_id, text: 'kept in PostgreSQL' },
+    ]);
   });
 
   it('an unreachable database exits 2 with one line naming it, without its password', async () => {
     const port = await closedPort();
-    const run = await beidou(['serve', '--port', '0', '--home', newHome(), '--database-url', `postgres://beidou:hunter2-secret@127.0.0.1:${port}/beidou`], SHARED);
+    const run = await beidou(
+      [
+        'serve',
+        '--port',
+        '0',
+        '--home',
+        newHome(),
+        '--database-url',
+        `postgres://beidou:hunter2-secret@127.0.0.1:${port}/beidou`,
+      ],
+      SHARED,
+    );
     expect(run.code).toBe(2);
     expect(run.stdout).toBe('');
-    expect(run.stderr).toMatch(new RegExp(`^beidou: cannot connect to the database postgres://beidou@127\\.0\\.0\\.1:${port}/beidou: .*ECONNREFUSED.*\\n$`));
+    expect(run.stderr).toMatch(
+      new RegExp(
+        `^beidou: cannot connect to the database postgres://beidou@127\\.0\\.0\\.1:${port}/beidou: .*ECONNREFUSED.*\\n$`,
+      ),
+    );
     expect(run.stderr).not.toContain('hunter2');
   });
 });

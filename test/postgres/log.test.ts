@@ -37,13 +37,24 @@ async function openLog(url: string, seen: StoredEvent[] = []): Promise<PgEventLo
 }
 
 const message = (taskId: string, n: number): EventDraft =>
-  ({ event: 'send_message', task_id: taskId, message_id: `msg_${n}`, from: 'ag_a', to: 'ag_b', content: `hello ${n}`, kind: 'peer' }) as unknown as EventDraft;
+  ({
+    event: 'send_message',
+    task_id: taskId,
+    message_id: `msg_${n}`,
+    from: 'ag_a',
+    to: 'ag_b',
+    content: `hello ${n}`,
+    kind: 'peer',
+  }) as unknown as EventDraft;
 
 /** The log connection's backend, as the server sees it. */
 async function logBackend(url: string, name: string): Promise<number> {
   return until('the log connection in pg_stat_activity', () =>
     withClient(url, async (c) => {
-      const { rows } = await c.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name = $2', [name, LOG_APPLICATION]);
+      const { rows } = await c.query<{ pid: number }>(
+        'SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name = $2',
+        [name, LOG_APPLICATION],
+      );
       return rows[0]?.pid;
     }),
   );
@@ -59,7 +70,9 @@ function logStatements(from: number, database: string): string[] {
     else if (entries.length > 0) entries[entries.length - 1] += `\n${line}`;
   }
   const prefix = `db=${database} app=${LOG_APPLICATION} LOG:  `;
-  return entries.filter((e) => e.includes(prefix) && /LOG: {2}(statement|execute [^:]*):/.test(e)).map((e) => e.slice(e.indexOf(prefix) + prefix.length));
+  return entries
+    .filter((e) => e.includes(prefix) && /LOG: {2}(statement|execute [^:]*):/.test(e))
+    .map((e) => e.slice(e.indexOf(prefix) + prefix.length));
 }
 
 describe('PgEventLog', () => {
@@ -76,7 +89,10 @@ describe('PgEventLog', () => {
     const inserts = logStatements(mark, db.name).filter((s) => s.includes('INSERT INTO events'));
     expect(inserts).toHaveLength(1);
     expect(logStatements(mark, db.name)).toHaveLength(1);
-    const xmins = await withClient(db.url, async (c) => (await c.query('SELECT DISTINCT xmin::text AS x FROM events')).rows);
+    const xmins = await withClient(
+      db.url,
+      async (c) => (await c.query('SELECT DISTINCT xmin::text AS x FROM events')).rows,
+    );
     expect(xmins).toHaveLength(1);
 
     // A commit held up by a lock on the writer row; 30 appends meanwhile, each in a tick of its own.
@@ -87,7 +103,12 @@ describe('PgEventLog', () => {
       const held = log.append([message('tsk_0', 100)]);
       const pid = await logBackend(db.url, db.name);
       await until('the commit waiting on the lock', () =>
-        withClient(db.url, async (c) => ((await c.query('SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1', [pid])).rows[0]?.wait_event_type === 'Lock' ? true : undefined)),
+        withClient(db.url, async (c) =>
+          (await c.query('SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1', [pid])).rows[0]
+            ?.wait_event_type === 'Lock'
+            ? true
+            : undefined,
+        ),
       );
       const later: Array<Promise<void>> = [];
       for (let i = 0; i < 30; i++) {
@@ -99,11 +120,18 @@ describe('PgEventLog', () => {
       await Promise.all(later);
     });
     expect(logStatements(mark, db.name)).toHaveLength(2);
-    const counts = await withClient(db.url, async (c) => (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM events GROUP BY xmin ORDER BY n')).rows.map((r) => r.n));
+    const counts = await withClient(db.url, async (c) =>
+      (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM events GROUP BY xmin ORDER BY n')).rows.map(
+        (r) => r.n,
+      ),
+    );
     expect(counts).toEqual([1, 30, 50]);
 
     // Gapless per task, and read() serves what is committed.
-    for (let t = 0; t < 5; t++) expect(log.read(`tsk_${t}`, 0, 1000).map((e) => e.seq)).toEqual(Array.from({ length: log.durableSeq(`tsk_${t}`) }, (_, i) => i + 1));
+    for (let t = 0; t < 5; t++)
+      expect(log.read(`tsk_${t}`, 0, 1000).map((e) => e.seq)).toEqual(
+        Array.from({ length: log.durableSeq(`tsk_${t}`) }, (_, i) => i + 1),
+      );
   });
 
   it('replays every task in seq order, as appended', async () => {
@@ -132,7 +160,9 @@ describe('PgEventLog', () => {
     for (let i = 1; i <= 3; i++) await log.append([message('tsk_f', i)]).durable;
     // Another writer takes seq 4 behind this log's back.
     await withClient(db.url, (c) =>
-      c.query(`INSERT INTO events (task_id, seq, ts, event, body) VALUES ('tsk_f', 4, 0, 'send_message', '{"seq":4,"ts":0,"event":"send_message","task_id":"tsk_f","content":"the other writer"}')`),
+      c.query(
+        `INSERT INTO events (task_id, seq, ts, event, body) VALUES ('tsk_f', 4, 0, 'send_message', '{"seq":4,"ts":0,"event":"send_message","task_id":"tsk_f","content":"the other writer"}')`,
+      ),
     );
     const refused = log.append([message('tsk_f', 4), message('tsk_other', 1)]);
     expect(refused.events.map((e) => e.seq)).toEqual([4, 1]);
@@ -141,12 +171,19 @@ describe('PgEventLog', () => {
       (err: unknown) => err,
     );
     expect(error).toBeInstanceOf(EventLogFailedError);
-    expect((error as Error).message).toMatch(/another writer already stored an event this server numbered \(Key \(task_id, seq\)=\(tsk_f, 4\) already exists\.\): the \(task_id, seq\) key refused the commit/);
+    expect((error as Error).message).toMatch(
+      /another writer already stored an event this server numbered \(Key \(task_id, seq\)=\(tsk_f, 4\) already exists\.\): the \(task_id, seq\) key refused the commit/,
+    );
     // Nothing more is acknowledged.
     expect(() => log.append([message('tsk_g', 1)])).toThrow(EventLogFailedError);
     await expect(log.flush()).rejects.toThrow(EventLogFailedError);
     // The statement is all or nothing: the other task's event did not land either.
-    const stored = await withClient(db.url, async (c) => (await c.query('SELECT task_id, seq, body->>$1 AS content FROM events ORDER BY task_id, seq', ['content'])).rows);
+    const stored = await withClient(
+      db.url,
+      async (c) =>
+        (await c.query('SELECT task_id, seq, body->>$1 AS content FROM events ORDER BY task_id, seq', ['content']))
+          .rows,
+    );
     expect(stored).toEqual([
       { task_id: 'tsk_f', seq: 1, content: 'hello 1' },
       { task_id: 'tsk_f', seq: 2, content: 'hello 2' },
@@ -159,10 +196,12 @@ describe('PgEventLog', () => {
     const db = await migrated();
     await openLog(db.url);
     const second = new PgEventLog(db.url, clock);
-    const refusal = await second.open(() => undefined).then(
-      () => null,
-      (err: unknown) => err,
-    );
+    const refusal = await second
+      .open(() => undefined)
+      .then(
+        () => null,
+        (err: unknown) => err,
+      );
     expect(refusal).toBeInstanceOf(DatabaseInUseError);
     expect((refusal as Error).message).toMatch(
       /^the database postgres:\/\/postgres@127\.0\.0\.1:\d+\/beidou_\w+ is in use by another beidou server \(held by [^,]+, lease until \S+; its connection: backend pid \d+ from 127\.0\.0\.1, since .+\); one server per database$/,
@@ -177,7 +216,11 @@ describe('PgEventLog', () => {
     await withClient(db.url, (c) => c.query("UPDATE log_writer SET expires_at = now() - interval '1 second'"));
     await log.append([message('tsk_late', 2)]).durable;
     expect(log.durableSeq('tsk_late')).toBe(2);
-    const stored = await withClient(db.url, async (c) => (await c.query<{ n: number }>("SELECT count(*)::int AS n FROM events WHERE task_id = 'tsk_late'")).rows[0]!.n);
+    const stored = await withClient(
+      db.url,
+      async (c) =>
+        (await c.query<{ n: number }>("SELECT count(*)::int AS n FROM events WHERE task_id = 'tsk_late'")).rows[0]!.n,
+    );
     expect(stored).toBe(2);
   });
 
@@ -189,21 +232,33 @@ describe('PgEventLog', () => {
     // Dropped while idle (a database restart, a network cut): nothing was in flight, so the next commit reconnects.
     let pid = await logBackend(db.url, db.name);
     await withClient(db.url, (c) => c.query('SELECT pg_terminate_backend($1)', [pid]));
-    await until('the old backend gone', () => withClient(db.url, async (c) => ((await c.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount === 0 ? true : undefined)));
+    await until('the old backend gone', () =>
+      withClient(db.url, async (c) =>
+        (await c.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount === 0 ? true : undefined,
+      ),
+    );
     await log.append([message('tsk_e', 2)]).durable;
     expect(log.durableSeq('tsk_e')).toBe(2);
 
     // Dropped again, and this time another server opens the database before the next commit.
     pid = await logBackend(db.url, db.name);
     await withClient(db.url, (c) => c.query('SELECT pg_terminate_backend($1)', [pid]));
-    await until('the old backend gone', () => withClient(db.url, async (c) => ((await c.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount === 0 ? true : undefined)));
+    await until('the old backend gone', () =>
+      withClient(db.url, async (c) =>
+        (await c.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount === 0 ? true : undefined,
+      ),
+    );
     const other = await openLog(db.url);
     await other.append([message('tsk_other', 1)]).durable;
     await other.close();
 
     const fenced = log.append([message('tsk_e', 3)]);
-    await expect(fenced.durable).rejects.toThrow(/another beidou server opened the database after this one \(writer epoch \d+ is no longer current\)/);
-    const seqs = await withClient(db.url, async (c) => (await c.query("SELECT seq FROM events WHERE task_id = 'tsk_e' ORDER BY seq")).rows.map((r) => r.seq));
+    await expect(fenced.durable).rejects.toThrow(
+      /another beidou server opened the database after this one \(writer epoch \d+ is no longer current\)/,
+    );
+    const seqs = await withClient(db.url, async (c) =>
+      (await c.query("SELECT seq FROM events WHERE task_id = 'tsk_e' ORDER BY seq")).rows.map((r) => r.seq),
+    );
     expect(seqs).toEqual([1, 2]);
   });
 });

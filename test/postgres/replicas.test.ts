@@ -40,17 +40,26 @@ async function replica(url: string): Promise<Replica> {
 /** A task with a root and `n` workers, their tokens, created on the active replica. */
 async function team(activeUrl: string, db: string, n: number) {
   const api = adminCall(activeUrl, db);
-  const task = (await api('POST', '/tasks', { task: 'replicas', spawn: false })).body as { task_id: string; root_agent_id: string; token: string };
+  const task = (await api('POST', '/tasks', { task: 'replicas', spawn: false })).body as {
+    task_id: string;
+    root_agent_id: string;
+    token: string;
+  };
   const root = await connectAgent(activeUrl, task.token);
   clients.push(root);
   const ids = await senderTeam(root, n);
-  const tokens = await Promise.all(ids.map(async (id) => (await api('POST', `/agents/${id}/token`, {})).body.token as string));
+  const tokens = await Promise.all(
+    ids.map(async (id) => (await api('POST', `/agents/${id}/token`, {})).body.token as string),
+  );
   await root.close();
   return { task, tokens };
 }
 
 async function storedRows(db: string, taskId: string): Promise<Array<{ seq: number; body: any }>> {
-  return withClient(db, async (c) => (await c.query('SELECT seq, body FROM events WHERE task_id = $1 ORDER BY seq', [taskId])).rows);
+  return withClient(
+    db,
+    async (c) => (await c.query('SELECT seq, body FROM events WHERE task_id = $1 ORDER BY seq', [taskId])).rows,
+  );
 }
 
 describe('replicas on one database', { timeout: 90_000 }, () => {
@@ -66,7 +75,14 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     expect(standby).toMatchObject({ status: 503, body: { ok: false, role: 'standby' }, retryAfter: '3' });
     expect(standby.body.active).toMatch(/:\d+#\d+$/);
     // It follows the log to stay warm (docs/api.md, the standby's health).
-    expect(standby.body.following).toMatchObject({ position: 0, events: 0, replayed: 0, tasks: 0, archived: 0, diverged: null });
+    expect(standby.body.following).toMatchObject({
+      position: 0,
+      events: 0,
+      replayed: 0,
+      tasks: 0,
+      archived: 0,
+      diverged: null,
+    });
     for (const r of [a, b]) {
       const live = await fetch(`${r.url}/api/health/live`);
       expect(live.status).toBe(200);
@@ -76,8 +92,17 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     const { task } = await team(a.url, db, 1);
     const mcp = await fetch(`${b.url}/mcp`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${task.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 't', version: '0' } } }),
+      headers: {
+        authorization: `Bearer ${task.token}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-03-26', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+      }),
     });
     expect(mcp.status).toBe(503);
     expect(mcp.headers.get('retry-after')).toBe('3');
@@ -117,7 +142,12 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
           if (killedAt && started > killedAt && !firstAfterKill) firstAfterKill = performance.now();
         }
         // A failed call is retried on a new session; it waits on the balancer finding the active, not on a timer of ours.
-        if (!out?.ok) await until('a replica answering', async () => (await fetch(`${lb}/api/health`).catch(() => null))?.status === 200 || stop || undefined, 20_000);
+        if (!out?.ok)
+          await until(
+            'a replica answering',
+            async () => (await fetch(`${lb}/api/health`).catch(() => null))?.status === 200 || stop || undefined,
+            20_000,
+          );
       }
     });
 
@@ -131,11 +161,16 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     await until('100 more acknowledged', () => (acked.length >= ackedBeforeKill + 100 ? true : undefined), 30_000);
     stop = true;
     await within(Promise.all(loops), 30_000, 'the senders stop');
-    console.log(`failover (SIGKILL of the active → first send_message acknowledged through HAProxy): ${Math.round(failoverMs)} ms`);
+    console.log(
+      `failover (SIGKILL of the active → first send_message acknowledged through HAProxy): ${Math.round(failoverMs)} ms`,
+    );
 
     expect((await health(b.url)).body.role).toBe('active');
     // Warm: it had followed the load, and read only the last moments at the takeover.
-    const took = /took over the lease from \S+ \(epoch \d+ → \d+; its connection was gone\): active; warm \(read (\d+) events at the takeover, (\d+) followed as a standby\)/.exec(b.child.stderr);
+    const took =
+      /took over the lease from \S+ \(epoch \d+ → \d+; its connection was gone\): active; warm \(read (\d+) events at the takeover, (\d+) followed as a standby\)/.exec(
+        b.child.stderr,
+      );
     expect(took, b.child.stderr).not.toBeNull();
     expect(Number(took![2])).toBeGreaterThan(100);
     expect(Number(took![1])).toBeLessThan(Number(took![2]));
@@ -180,7 +215,9 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     expect(Number(epochAfter)).toBe(Number(epochBefore) + 1);
 
     // Asked while paused, answered after it resumes: it must fail, not succeed.
-    const during = agent.call('send_message', { to: task.root_agent_id, content: 'asked of the old active' }).catch((err: unknown) => ({ ok: false as const, thrown: String(err) }));
+    const during = agent
+      .call('send_message', { to: task.root_agent_id, content: 'asked of the old active' })
+      .catch((err: unknown) => ({ ok: false as const, thrown: String(err) }));
     // A load balancer's check, waiting while it is paused: it must not be told 200 (the
     // lease is unconfirmed since the pause), or it would route new work to a fenced replica.
     const checked = health(a.url);
@@ -191,7 +228,12 @@ describe('replicas on one database', { timeout: 90_000 }, () => {
     expect(check.status).toBe(503);
     expect(check.body.role === 'standby' || check.body.lease === 'unconfirmed').toBe(true);
 
-    await until('the old active says it stepped down', () => (/lost the lease to \S+ \(epoch \d+ → \d+\): stepping down to standby/.test(a.child.stderr) ? true : undefined), 15_000);
+    await until(
+      'the old active says it stepped down',
+      () =>
+        /lost the lease to \S+ \(epoch \d+ → \d+\): stepping down to standby/.test(a.child.stderr) ? true : undefined,
+      15_000,
+    );
     const line = /lost the lease to (\S+) \(epoch (\d+) → (\d+)\): stepping down to standby/.exec(a.child.stderr)!;
     const holderNow = (await withClient(db, (c) => c.query('SELECT holder FROM log_writer'))).rows[0].holder as string;
     expect(line[1]).toBe(holderNow);

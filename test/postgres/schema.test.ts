@@ -16,11 +16,18 @@ import { removeHome, tempHome } from '../support/server.js';
 const LATEST = MIGRATIONS.at(-1)!.version;
 
 async function applied(url: string): Promise<Array<{ version: number; name: string }>> {
-  return withClient(url, async (c) => (await c.query('SELECT version, name FROM schema_migrations ORDER BY version')).rows);
+  return withClient(
+    url,
+    async (c) => (await c.query('SELECT version, name FROM schema_migrations ORDER BY version')).rows,
+  );
 }
 
 async function tables(url: string): Promise<string[]> {
-  return withClient(url, async (c) => (await c.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")).rows.map((r) => r.tablename));
+  return withClient(url, async (c) =>
+    (await c.query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename")).rows.map(
+      (r) => r.tablename,
+    ),
+  );
 }
 
 const servers: BeidouServer[] = [];
@@ -33,7 +40,9 @@ afterEach(async () => {
 function start(url: string): Promise<BeidouServer> {
   const home = tempHome();
   homes.push(home);
-  return startServer(loadConfig({ port: '0', home, databaseUrl: url }, replicaSecrets(home)), { logger: pino({ level: 'silent' }) });
+  return startServer(loadConfig({ port: '0', home, databaseUrl: url }, replicaSecrets(home)), {
+    logger: pino({ level: 'silent' }),
+  });
 }
 
 describe('schema migrations', () => {
@@ -42,17 +51,39 @@ describe('schema migrations', () => {
     const first = await withClient(url, (c) => migrate(c));
     expect(first).toEqual({ applied: MIGRATIONS.map((m) => m.version), version: LATEST });
     expect(await applied(url)).toEqual(MIGRATIONS.map(({ version, name }) => ({ version, name })));
-    expect(await tables(url)).toEqual(['agents', 'archived_tasks', 'events', 'log_tasks', 'log_writer', 'plans', 'questions', 'schema_migrations', 'tasks', 'teams']);
+    expect(await tables(url)).toEqual([
+      'agents',
+      'archived_tasks',
+      'events',
+      'log_tasks',
+      'log_writer',
+      'plans',
+      'questions',
+      'schema_migrations',
+      'tasks',
+      'teams',
+    ]);
 
-    const stamps = await withClient(url, async (c) => (await c.query('SELECT applied_at FROM schema_migrations ORDER BY version')).rows);
+    const stamps = await withClient(
+      url,
+      async (c) => (await c.query('SELECT applied_at FROM schema_migrations ORDER BY version')).rows,
+    );
     expect(await withClient(url, (c) => migrate(c))).toEqual({ applied: [], version: LATEST });
-    expect(await withClient(url, async (c) => (await c.query('SELECT applied_at FROM schema_migrations ORDER BY version')).rows)).toEqual(stamps);
+    expect(
+      await withClient(
+        url,
+        async (c) => (await c.query('SELECT applied_at FROM schema_migrations ORDER BY version')).rows,
+      ),
+    ).toEqual(stamps);
   });
 
   it('two migrations at once take turns: each version is applied once', async () => {
     const { url } = await freshDatabase();
     const reports = await Promise.all([withClient(url, (c) => migrate(c)), withClient(url, (c) => migrate(c))]);
-    expect(reports.map((r) => r.applied).sort((a, b) => b.length - a.length)).toEqual([MIGRATIONS.map((m) => m.version), []]);
+    expect(reports.map((r) => r.applied).sort((a, b) => b.length - a.length)).toEqual([
+      MIGRATIONS.map((m) => m.version),
+      [],
+    ]);
     expect((await applied(url)).map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
   });
 
@@ -69,7 +100,9 @@ describe('schema migrations', () => {
   it('refuses a database migrated by a newer beidou, and the server does not start on it', async () => {
     const { url } = await freshDatabase();
     await withClient(url, (c) => migrate(c));
-    await withClient(url, (c) => c.query("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from the future')", [LATEST + 1]));
+    await withClient(url, (c) =>
+      c.query("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from the future')", [LATEST + 1]),
+    );
     await expect(withClient(url, (c) => migrate(c))).rejects.toThrow(SchemaTooNewError);
     await expect(start(url)).rejects.toThrow(
       `the database's schema is at version ${LATEST + 1}, newer than this beidou knows (${LATEST}): run a beidou at least as new as the one that migrated it`,
@@ -78,10 +111,15 @@ describe('schema migrations', () => {
 
   it('a migration that fails is rolled back whole; the ones before it stay applied', async () => {
     const { url } = await freshDatabase();
-    const broken = [...MIGRATIONS, { version: LATEST + 1, name: 'broken', sql: 'CREATE TABLE half_done (x int); SELECT 1 / 0;' }];
+    const broken = [
+      ...MIGRATIONS,
+      { version: LATEST + 1, name: 'broken', sql: 'CREATE TABLE half_done (x int); SELECT 1 / 0;' },
+    ];
     const error = await withClient(url, (c) => migrate(c, broken)).catch((err: unknown) => err);
     expect(error).toBeInstanceOf(MigrationError);
-    expect((error as Error).message).toBe(`schema migration ${LATEST + 1} (broken) failed and was rolled back: division by zero`);
+    expect((error as Error).message).toBe(
+      `schema migration ${LATEST + 1} (broken) failed and was rolled back: division by zero`,
+    );
     expect((await applied(url)).map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
     expect(await tables(url)).not.toContain('half_done');
     // The advisory lock was released: the next start migrates as usual.

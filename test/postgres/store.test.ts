@@ -4,7 +4,17 @@ import { LOG_APPLICATION } from '../../src/store/postgres/connect.js';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { createLogger, type Logger } from '../../src/util/logger.js';
 import { until } from '../../src/testkit/poll.js';
-import { agentToken, connectAgent, createTask, removeHome, senderTeam, startTestServer, tempHome, type TestAgent, type TestServer } from '../support/server.js';
+import {
+  agentToken,
+  connectAgent,
+  createTask,
+  removeHome,
+  senderTeam,
+  startTestServer,
+  tempHome,
+  type TestAgent,
+  type TestServer,
+} from '../support/server.js';
 import { databaseName, databaseUrlFor, rollupRows, storedEvents, withDatabase } from '../support/store.js';
 
 /**
@@ -53,7 +63,10 @@ async function team(ts: TestServer, n: number) {
   return { task, root, workers, memberIds };
 }
 
-async function logBackend(home: string, where: (row: { wait_event_type: string | null }) => boolean = () => true): Promise<number> {
+async function logBackend(
+  home: string,
+  where: (row: { wait_event_type: string | null }) => boolean = () => true,
+): Promise<number> {
   const name = databaseName(home);
   return until('the log connection', () =>
     withDatabase(home, async (c) => {
@@ -86,17 +99,25 @@ describe('the PostgreSQL store', () => {
     const cut = await withDatabase(home, async (hold) => {
       await hold.query('BEGIN');
       await hold.query('SELECT * FROM log_writer FOR UPDATE');
-      const inFlight = workers.map((w, i) => w.call('send_message', { to: task.root_agent_id, content: `in flight ${i}` }));
+      const inFlight = workers.map((w, i) =>
+        w.call('send_message', { to: task.root_agent_id, content: `in flight ${i}` }),
+      );
       const pid = await logBackend(home, (r) => r.wait_event_type === 'Lock');
       await hold.query('SELECT pg_terminate_backend($1)', [pid]);
       await hold.query('ROLLBACK');
       return Promise.all(inFlight);
     });
     for (const outcome of cut) {
-      expect(outcome).toMatchObject({ ok: false, error: { error: 'internal_error', message: 'the server cannot write its event log; nothing was changed' } });
+      expect(outcome).toMatchObject({
+        ok: false,
+        error: { error: 'internal_error', message: 'the server cannot write its event log; nothing was changed' },
+      });
     }
     // Nothing more is acknowledged on top of a store that is behind memory.
-    expect(await workers[0]!.call('send_message', { to: task.root_agent_id, content: 'after' })).toMatchObject({ ok: false, error: { error: 'internal_error' } });
+    expect(await workers[0]!.call('send_message', { to: task.root_agent_id, content: 'after' })).toMatchObject({
+      ok: false,
+      error: { error: 'internal_error' },
+    });
     // The operator's log says what happened, in words.
     expect(lines()).toMatch(
       /event log is unavailable after a write failure: a commit to PostgreSQL failed \(terminating connection due to administrator command\); whether it was stored is unknown, and nothing of it was acknowledged/,
@@ -106,7 +127,12 @@ describe('the PostgreSQL store', () => {
     await ts.close().catch(() => undefined);
     servers.splice(servers.indexOf(ts), 1);
     const again = await start(home);
-    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<{ seq: number; event: string; message_id?: string; content?: string }>;
+    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<{
+      seq: number;
+      event: string;
+      message_id?: string;
+      content?: string;
+    }>;
     expect(isGapless(events)).toBe(true);
     const sent = events.filter((e) => e.event === 'send_message');
     expect(sent.map((e) => e.message_id)).toEqual(acked);
@@ -144,7 +170,11 @@ describe('the PostgreSQL store', () => {
     await ts.close().catch(() => undefined);
     servers.splice(servers.indexOf(ts), 1);
     const again = await start(home);
-    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<{ seq: number; event: string; message_id?: string }>;
+    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body.events as Array<{
+      seq: number;
+      event: string;
+      message_id?: string;
+    }>;
     expect(isGapless(events)).toBe(true);
     const stored = events.filter((e) => e.event === 'send_message').map((e) => e.message_id);
     expect(new Set(stored).size).toBe(stored.length);
@@ -160,7 +190,9 @@ describe('the PostgreSQL store', () => {
     await workers[1]!.call('send_message', { to: task.root_agent_id, content: 'two' });
     expect((await root.call('read_inbox')).ok).toBe(true);
     await workers[1]!.call('send_message', { to: task.root_agent_id, content: 'three, unread' });
-    expect((await root.call('declare_plan', { tasks: [{ id: 'a', role: 'a', skill: 'worker', task: 'do a' }] })).ok).toBe(true);
+    expect(
+      (await root.call('declare_plan', { tasks: [{ id: 'a', role: 'a', skill: 'worker', task: 'do a' }] })).ok,
+    ).toBe(true);
     await ts.api('POST', `/agents/${memberIds[0]}/send`, { content: 'from the user' });
     await ts.api('POST', '/tasks', { task: 'a second task', spawn: false });
     const before = structuredClone(ts.server.services.registry.state);
@@ -178,16 +210,27 @@ describe('the PostgreSQL store', () => {
     const ts = await start(home);
     const damaged = await createTask(ts, { task: 'to be damaged' });
     const healthy = await createTask(ts, { task: 'healthy' });
-    for (const t of [damaged, healthy]) expect((await ts.api('POST', `/agents/${t.root_agent_id}/send`, { content: 'hi' })).status).toBe(200);
+    for (const t of [damaged, healthy])
+      expect((await ts.api('POST', `/agents/${t.root_agent_id}/send`, { content: 'hi' })).status).toBe(200);
     await ts.close();
     servers.splice(servers.indexOf(ts), 1);
     const seq = (await storedEvents(home, damaged.task_id)).length;
-    await withDatabase(home, (c) => c.query(`UPDATE events SET body = '{"seq":99,"ts":0,"event":"send_message","task_id":"x"}' WHERE task_id = $1 AND seq = $2`, [damaged.task_id, seq]));
+    await withDatabase(home, (c) =>
+      c.query(
+        `UPDATE events SET body = '{"seq":99,"ts":0,"event":"send_message","task_id":"x"}' WHERE task_id = $1 AND seq = $2`,
+        [damaged.task_id, seq],
+      ),
+    );
 
     const again = await start(home);
     const view = (await again.api('GET', `/tasks/${damaged.task_id}`)).body;
-    expect(view).toMatchObject({ task: { status: 'quarantined' }, quarantine: { file: `events table, task ${damaged.task_id}`, line: seq, reason: 'its body says seq 99' } });
-    expect((await again.api('POST', `/agents/${damaged.root_agent_id}/send`, { content: 'refused' })).body).toMatchObject({ error: 'task_quarantined' });
+    expect(view).toMatchObject({
+      task: { status: 'quarantined' },
+      quarantine: { file: `events table, task ${damaged.task_id}`, line: seq, reason: 'its body says seq 99' },
+    });
+    expect(
+      (await again.api('POST', `/agents/${damaged.root_agent_id}/send`, { content: 'refused' })).body,
+    ).toMatchObject({ error: 'task_quarantined' });
     expect((await again.api('POST', `/agents/${healthy.root_agent_id}/send`, { content: 'fine' })).status).toBe(200);
   });
 
@@ -199,11 +242,16 @@ describe('the PostgreSQL store', () => {
     const task = await createTask(ts, { task: text });
     expect((await ts.api('POST', `/agents/${task.root_agent_id}/send`, { content: text })).status).toBe(200);
     await ts.server.rollups.flush();
-    expect(await rollupRows(home, 'SELECT text FROM tasks WHERE task_id = ?', [task.task_id])).toEqual([{ text: 'nul \ufffd and a lone \ufffd surrogate' }]);
+    expect(await rollupRows(home, 'SELECT text FROM tasks WHERE task_id = ?', [task.task_id])).toEqual([
+      { text: 'nul \ufffd and a lone \ufffd surrogate' },
+    ]);
     await ts.close();
     servers.splice(servers.indexOf(ts), 1);
     const again = await start(home);
-    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0`)).body.events as Array<{ event: string; content?: string }>;
+    const events = (await again.api('GET', `/tasks/${task.task_id}/events?since=0`)).body.events as Array<{
+      event: string;
+      content?: string;
+    }>;
     expect(events.find((e) => e.event === 'send_message')?.content).toBe(text);
     expect((await again.api('GET', `/tasks/${task.task_id}`)).body.task.text).toBe(text);
   });
@@ -224,18 +272,26 @@ describe('the PostgreSQL store', () => {
     expect(lines()).not.toContain(password);
 
     // A bad URL, and an unreachable database, are refused without it.
-    expect(() => loadConfig({ home, databaseUrl: `mysql://postgres:${password}@127.0.0.1/x` }, {})).toThrow(ConfigError);
+    expect(() => loadConfig({ home, databaseUrl: `mysql://postgres:${password}@127.0.0.1/x` }, {})).toThrow(
+      ConfigError,
+    );
     try {
       loadConfig({ home, databaseUrl: `mysql://postgres:${password}@127.0.0.1/x` }, {});
     } catch (err) {
-      expect((err as Error).message).toBe('invalid --database-url / BEIDOU_DATABASE_URL: must be a postgres:// (or postgresql://) URL');
+      expect((err as Error).message).toBe(
+        'invalid --database-url / BEIDOU_DATABASE_URL: must be a postgres:// (or postgresql://) URL',
+      );
     }
     const closed = new URL(url);
     closed.port = '1';
     const other = tempHome();
     homes.push(other);
-    const refusal = await startTestServer({ home: other, env: { BEIDOU_DATABASE_URL: closed.toString() } }).catch((err: unknown) => err as Error);
-    expect((refusal as Error).message).toMatch(new RegExp(`^cannot connect to the database postgres://postgres@127\\.0\\.0\\.1:1${url.pathname}: `));
+    const refusal = await startTestServer({ home: other, env: { BEIDOU_DATABASE_URL: closed.toString() } }).catch(
+      (err: unknown) => err as Error,
+    );
+    expect((refusal as Error).message).toMatch(
+      new RegExp(`^cannot connect to the database postgres://postgres@127\\.0\\.0\\.1:1${url.pathname}: `),
+    );
     expect((refusal as Error).message).not.toContain(password);
   });
 });

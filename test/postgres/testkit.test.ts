@@ -30,7 +30,9 @@ describe('the test PostgreSQL', () => {
 
   it('stops when the process that started it is killed with SIGKILL, and the next start sweeps its folder', async () => {
     const script = `import(${JSON.stringify(TESTKIT)}).then(async (m) => { const p = await m.startPostgres(); console.log(p.port + ' ' + p.dataDir); setInterval(() => {}, 1000); });`;
-    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const exited = new Promise((resolve) => child.once('exit', resolve));
     const [port, dataDir] = await new Promise<[number, string]>((resolve, reject) => {
       createInterface({ input: child.stdout! }).once('line', (line) => {
@@ -40,7 +42,10 @@ describe('the test PostgreSQL', () => {
       void exited.then(() => reject(new Error('the child exited before its PostgreSQL was up')));
     });
     const connects = async () => {
-      const client = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`, connectionTimeoutMillis: 2000 });
+      const client = new pg.Client({
+        connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`,
+        connectionTimeoutMillis: 2000,
+      });
       client.on('error', () => undefined);
       try {
         await client.connect();
@@ -55,7 +60,11 @@ describe('the test PostgreSQL', () => {
     child.kill('SIGKILL');
     await exited;
     // The guard saw its pipe close and shut the postmaster down.
-    await until('the orphaned PostgreSQL to stop', async () => (!(await connects()) && !existsSync(path.join(dataDir, 'postmaster.pid')) ? true : undefined), 20_000);
+    await until(
+      'the orphaned PostgreSQL to stop',
+      async () => (!(await connects()) && !existsSync(path.join(dataDir, 'postmaster.pid')) ? true : undefined),
+      20_000,
+    );
     const folder = path.dirname(dataDir);
     expect(existsSync(folder)).toBe(true);
     sweepStaleClusters(path.dirname(folder));

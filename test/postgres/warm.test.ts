@@ -3,7 +3,15 @@ import { connectClient } from '../../src/store/postgres/connect.js';
 import { withClient } from '../../src/testkit/postgres.js';
 import { until } from '../../src/testkit/poll.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
-import { connectAgent, createTask, FakeClock, removeHome, startTestServer, tempHome, type TestServer } from '../support/server.js';
+import {
+  connectAgent,
+  createTask,
+  FakeClock,
+  removeHome,
+  startTestServer,
+  tempHome,
+  type TestServer,
+} from '../support/server.js';
 import { freshDatabase, replicaSecrets } from '../support/store.js';
 
 /**
@@ -35,13 +43,19 @@ async function replica(db: string, clock?: FakeClock, env: Record<string, string
   return ts;
 }
 
-const lastPosition = (db: string) => withClient(db, async (c) => Number((await c.query('SELECT coalesce(max(pos), 0) AS p FROM events')).rows[0].p));
-const eventCount = (db: string) => withClient(db, async (c) => Number((await c.query('SELECT count(*) AS n FROM events')).rows[0].n));
+const lastPosition = (db: string) =>
+  withClient(db, async (c) => Number((await c.query('SELECT coalesce(max(pos), 0) AS p FROM events')).rows[0].p));
+const eventCount = (db: string) =>
+  withClient(db, async (c) => Number((await c.query('SELECT count(*) AS n FROM events')).rows[0].n));
 
 /** Waits until the standby has applied every committed row. */
 async function caughtUp(standby: TestServer, db: string): Promise<void> {
   const last = await lastPosition(db);
-  await until(`the standby following up to position ${last}`, () => ((standby.server.following()?.position ?? -1) >= last ? true : undefined), 15_000);
+  await until(
+    `the standby following up to position ${last}`,
+    () => ((standby.server.following()?.position ?? -1) >= last ? true : undefined),
+    15_000,
+  );
 }
 
 /** The active stops cleanly; the standby takes over at its NOTIFY. */
@@ -67,7 +81,8 @@ async function gapRow(db: string, taskId: string): Promise<number> {
 }
 
 async function sendMessages(ts: TestServer, to: string, n: number, tag: string): Promise<void> {
-  for (let i = 0; i < n; i++) expect((await ts.api('POST', `/agents/${to}/send`, { content: `${tag} ${i}` })).status).toBe(200);
+  for (let i = 0; i < n; i++)
+    expect((await ts.api('POST', `/agents/${to}/send`, { content: `${tag} ${i}` })).status).toBe(200);
 }
 
 describe('warm standbys', { timeout: 60_000 }, () => {
@@ -88,17 +103,34 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     expect(b.server.following()).toMatchObject({ events: committed, tasks: 1, diverged: null });
     const health = await fetch(`${b.url}/api/health`);
     expect(health.status).toBe(503);
-    expect(((await health.json()) as any).following).toMatchObject({ events: committed, replayed: 0, tasks: 1, archived: 0, diverged: null });
+    expect(((await health.json()) as any).following).toMatchObject({
+      events: committed,
+      replayed: 0,
+      tasks: 1,
+      archived: 0,
+      diverged: null,
+    });
 
-    const before = { detail: (await a.api('GET', `/tasks/${task.task_id}`)).body, events: (await a.api('GET', `/tasks/${task.task_id}/events`)).body };
+    const before = {
+      detail: (await a.api('GET', `/tasks/${task.task_id}`)).body,
+      events: (await a.api('GET', `/tasks/${task.task_id}/events`)).body,
+    };
     await handOver(a, b);
-    expect(b.server.startup).toEqual({ replayed_events: 0, archived_tasks: 0, warm: { followed_events: committed, caught_up_events: 0 } });
+    expect(b.server.startup).toEqual({
+      replayed_events: 0,
+      archived_tasks: 0,
+      warm: { followed_events: committed, caught_up_events: 0 },
+    });
     expect(b.server.following()).toBeNull();
     expect((await b.api('GET', `/tasks/${task.task_id}`)).body).toEqual(before.detail);
     expect((await b.api('GET', `/tasks/${task.task_id}/events`)).body).toEqual(before.events);
     // It writes on from there: the next seq follows the last one.
-    expect((await b.api('POST', `/agents/${task.root_agent_id}/send`, { content: 'after the takeover' })).status).toBe(200);
-    const seqs = await withClient(db, async (c) => (await c.query('SELECT seq FROM events WHERE task_id = $1 ORDER BY seq', [task.task_id])).rows.map((r) => r.seq));
+    expect((await b.api('POST', `/agents/${task.root_agent_id}/send`, { content: 'after the takeover' })).status).toBe(
+      200,
+    );
+    const seqs = await withClient(db, async (c) =>
+      (await c.query('SELECT seq FROM events WHERE task_id = $1 ORDER BY seq', [task.task_id])).rows.map((r) => r.seq),
+    );
     expect(seqs).toEqual(seqs.map((_, i) => i + 1));
     expect(seqs.length).toBe(committed + 1);
   });
@@ -113,13 +145,15 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     expect(b.server.following()).toMatchObject({ replayed: early, events: 0 });
 
     // Cut the follower's connection (the log connection that is not the lease holder's).
-    const cut = await withClient(db, async (c) =>
-      (
-        await c.query(
-          `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+    const cut = await withClient(
+      db,
+      async (c) =>
+        (
+          await c.query(
+            `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
             WHERE application_name = 'beidou-log' AND pid <> (SELECT holder_pid FROM log_writer)`,
-        )
-      ).rows,
+          )
+        ).rows,
     );
     expect(cut).toEqual([{ ok: true }]);
     await sendMessages(a, task.root_agent_id, 10, 'missed');
@@ -142,8 +176,12 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     await caughtUp(b, db);
     const last = await gapRow(db, task.task_id);
     await until('the follower stopped', () => b.server.following()?.diverged ?? undefined, 15_000);
-    expect(b.server.following()!.diverged).toBe(`task ${task.task_id}, seq ${last + 2}: seq ${last + 2}, expected ${last + 1}`);
-    expect(((await (await fetch(`${b.url}/api/health`)).json()) as any).following.diverged).toContain(`seq ${last + 2}, expected ${last + 1}`);
+    expect(b.server.following()!.diverged).toBe(
+      `task ${task.task_id}, seq ${last + 2}: seq ${last + 2}, expected ${last + 1}`,
+    );
+    expect(((await (await fetch(`${b.url}/api/health`)).json()) as any).following.diverged).toContain(
+      `seq ${last + 2}, expected ${last + 1}`,
+    );
 
     await handOver(a, b);
     expect(b.server.startup.warm).toBeNull();
@@ -167,14 +205,27 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     const locker = await connectClient(db, 'test-locker');
     try {
       await locker.query(
-        "INSERT INTO archived_tasks VALUES ('task_nowhere', 7, NULL, 'done', 0, 0, 0, 0, 0, 0, '{\"task_id\":\"task_nowhere\",\"agent_ids\":[],\"question_ids\":[]}')",
+        'INSERT INTO archived_tasks VALUES (\'task_nowhere\', 7, NULL, \'done\', 0, 0, 0, 0, 0, 0, \'{"task_id":"task_nowhere","agent_ids":[],"question_ids":[]}\')',
       );
       await locker.query('BEGIN');
       await locker.query("SELECT 1 FROM archived_tasks WHERE task_id = 'task_nowhere' FOR UPDATE");
       await handOver(a, b, false);
-      await until('the cold takeover waiting on the index row', async () =>
-        (await withClient(db, async (c) => (await c.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM archived_tasks%'")).rows[0].n)) > 0 ? true : undefined,
-      15_000);
+      await until(
+        'the cold takeover waiting on the index row',
+        async () =>
+          (await withClient(
+            db,
+            async (c) =>
+              (
+                await c.query(
+                  "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM archived_tasks%'",
+                )
+              ).rows[0].n,
+          )) > 0
+            ? true
+            : undefined,
+        15_000,
+      );
       // Meanwhile the standby's poll opens a new follower (it follows again, healthy).
       await until('a new follower', () => (b.server.following()?.diverged === null ? true : undefined), 15_000);
     } finally {
@@ -184,9 +235,22 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     await until('the standby active', () => (b.server.role() === 'active' ? true : undefined), 15_000);
     expect(b.server.startup.warm).toBeNull();
     // Active, it keeps no follower: one log connection (the writer's), not a second copy of the state following its own commits.
-    await until('one log connection', async () =>
-      (await withClient(db, async (c) => (await c.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'beidou-log'")).rows[0].n)) === 1 ? true : undefined,
-    5_000);
+    await until(
+      'one log connection',
+      async () =>
+        (await withClient(
+          db,
+          async (c) =>
+            (
+              await c.query(
+                "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'beidou-log'",
+              )
+            ).rows[0].n,
+        )) === 1
+          ? true
+          : undefined,
+      5_000,
+    );
   });
 
   it('a follower whose connection goes silent (no FIN, no RST) still takes over: its read gives up and it reads on a new connection', async () => {
@@ -207,7 +271,7 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     expect((await b.api('GET', `/tasks/${task.task_id}/events`)).body).toEqual(before);
   });
 
-  it('a task the active archives leaves the standby\'s memory too, and is served from the archive after a takeover', async () => {
+  it("a task the active archives leaves the standby's memory too, and is served from the archive after a takeover", async () => {
     const { url: db } = await freshDatabase();
     const clock = new FakeClock();
     const env = { BEIDOU_ARCHIVE_AFTER_S: '600' };
@@ -222,7 +286,11 @@ describe('warm standbys', { timeout: 60_000 }, () => {
 
     clock.advance(601);
     expect(await a.server.archiver.tick()).toEqual([ended.task_id]);
-    await until('the standby unloaded the archived task', () => (b.server.following()?.archived === 1 ? true : undefined), 15_000);
+    await until(
+      'the standby unloaded the archived task',
+      () => (b.server.following()?.archived === 1 ? true : undefined),
+      15_000,
+    );
     expect(b.server.following()).toMatchObject({ tasks: 1, archived: 1 });
 
     await handOver(a, b);

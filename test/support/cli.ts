@@ -23,7 +23,10 @@ export function buildCli(always: boolean): void {
     execFileSync('npx', ['tsc', '-b'], { cwd: ROOT, stdio: 'pipe' });
   } catch (err) {
     // tsc -b still emits on type errors; only a missing binary is fatal here.
-    if (!existsSync(MAIN)) throw new Error(`build failed and ${MAIN} is missing:\n${(err as { stdout?: Buffer }).stdout?.toString() ?? err}`);
+    if (!existsSync(MAIN))
+      throw new Error(
+        `build failed and ${MAIN} is missing:\n${(err as { stdout?: Buffer }).stdout?.toString() ?? err}`,
+      );
   }
 }
 
@@ -65,7 +68,11 @@ export class CliChild {
   private waiters: Array<() => void> = [];
 
   constructor(args: string[], env: Record<string, string> = {}) {
-    this.proc = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = spawn(process.execPath, [MAIN, ...args], {
+      cwd: ROOT,
+      env: childEnv(env),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     createInterface({ input: this.proc.stdout! }).on('line', (line) => {
       this.lines.push(line);
       this.notify();
@@ -93,7 +100,11 @@ export class CliChild {
         const found = this.lines.find(match);
         if (found !== undefined) return resolve(found);
         if (this.exit) {
-          return reject(new Error(`child exited (${JSON.stringify(this.exit)}) before the line; stdout:\n${this.lines.join('\n')}\nstderr:\n${this.stderr}`));
+          return reject(
+            new Error(
+              `child exited (${JSON.stringify(this.exit)}) before the line; stdout:\n${this.lines.join('\n')}\nstderr:\n${this.stderr}`,
+            ),
+          );
         }
         this.waiters.push(check);
       };

@@ -11,7 +11,12 @@ import { ROOT } from './cli.js';
  */
 
 export const WEB_DIST = path.join(ROOT, 'dist', 'web');
-const WEB_SOURCES = [path.join(ROOT, 'web'), path.join(ROOT, 'src', 'web'), path.join(ROOT, 'vite.config.ts'), path.join(ROOT, 'index.html')];
+const WEB_SOURCES = [
+  path.join(ROOT, 'web'),
+  path.join(ROOT, 'src', 'web'),
+  path.join(ROOT, 'vite.config.ts'),
+  path.join(ROOT, 'index.html'),
+];
 
 function newestMtime(p: string): number {
   if (!existsSync(p)) return 0;
@@ -44,7 +49,10 @@ declare const document: {
   documentElement: { scrollWidth: number };
   activeElement: unknown;
 };
-declare const window: { innerWidth: number; localStorage: { getItem(key: string): string | null; setItem(key: string, value: string): void } };
+declare const window: {
+  innerWidth: number;
+  localStorage: { getItem(key: string): string | null; setItem(key: string, value: string): void };
+};
 
 /** A context already signed in: the token where the page keeps it, before any script of the page runs. */
 export async function signedIn(context: BrowserContext, token: string): Promise<void> {
@@ -57,43 +65,68 @@ export function storedToken(page: Page): Promise<string | null> {
 
 /** The `data-seq` of every event line, in the order shown. */
 export function lineSeqs(page: Page): Promise<number[]> {
-  return page.evaluate(() => Array.from(document.querySelectorAll('[data-testid="event-line"]'), (el) => Number(el.getAttribute('data-seq'))));
+  return page.evaluate(() =>
+    Array.from(document.querySelectorAll('[data-testid="event-line"]'), (el) => Number(el.getAttribute('data-seq'))),
+  );
 }
 
 /** Waits for an event line after `seq` (whose text holds `text`, when given); returns its seq. */
 export async function lineAfter(page: Page, seq: number, text?: string): Promise<number> {
-  const handle = await waiting(`an event line after seq ${seq}${text ? ` holding "${text}"` : ''}`, page.waitForFunction(
-    ([after, want]) => {
-      const hit = Array.from(document.querySelectorAll('[data-testid="event-line"]')).find(
-        (el) => Number(el.getAttribute('data-seq')) > after && (want === null || (el.textContent ?? '').includes(want)),
-      );
-      return hit ? Number(hit.getAttribute('data-seq')) : false;
-    },
-    [seq, text ?? null] as const,
-  ));
+  const handle = await waiting(
+    `an event line after seq ${seq}${text ? ` holding "${text}"` : ''}`,
+    page.waitForFunction(
+      ([after, want]) => {
+        const hit = Array.from(document.querySelectorAll('[data-testid="event-line"]')).find(
+          (el) =>
+            Number(el.getAttribute('data-seq')) > after && (want === null || (el.textContent ?? '').includes(want)),
+        );
+        return hit ? Number(hit.getAttribute('data-seq')) : false;
+      },
+      [seq, text ?? null] as const,
+    ),
+  );
   return (await handle.jsonValue()) as number;
 }
 
 /** Waits until `count(n)` holds for the number of elements matching `selector`. */
 export async function countIs(page: Page, selector: string, how: 'eq' | 'lt' | 'gt', n: number): Promise<void> {
-  await waiting(`${how} ${n} of ${selector} (now ${await page.locator(selector).count()})`, page.waitForFunction(
-    ([sel, op, want]) => {
-      const c = document.querySelectorAll(sel).length;
-      return op === 'eq' ? c === want : op === 'lt' ? c < want : c > want;
-    },
-    [selector, how, n] as const,
-  ));
+  await waiting(
+    `${how} ${n} of ${selector} (now ${await page.locator(selector).count()})`,
+    page.waitForFunction(
+      ([sel, op, want]) => {
+        const c = document.querySelectorAll(sel).length;
+        return op === 'eq' ? c === want : op === 'lt' ? c < want : c > want;
+      },
+      [selector, how, n] as const,
+    ),
+  );
 }
 
 /** Waits until the page's element for `selector` has `attribute` = `value`. */
 export async function attributeIs(page: Page, selector: string, attribute: string, value: string): Promise<void> {
-  const now = () => page.locator(selector).first().getAttribute(attribute, { timeout: 1_000 }).catch(() => 'nothing');
-  await waiting(`${selector} with ${attribute}="${value}"`, page.waitForFunction(([sel, attr, want]) => document.querySelector(sel)?.getAttribute(attr) === want, [selector, attribute, value] as const), now);
+  const now = () =>
+    page
+      .locator(selector)
+      .first()
+      .getAttribute(attribute, { timeout: 1_000 })
+      .catch(() => 'nothing');
+  await waiting(
+    `${selector} with ${attribute}="${value}"`,
+    page.waitForFunction(([sel, attr, want]) => document.querySelector(sel)?.getAttribute(attr) === want, [
+      selector,
+      attribute,
+      value,
+    ] as const),
+    now,
+  );
 }
 
 /** Waits until the text of the element for `selector` is no longer `old`. */
 export async function textChanges(page: Page, selector: string, old: string | null): Promise<void> {
-  await waiting(`a change of ${selector}'s text from "${old}"`, page.waitForFunction(([sel, was]) => document.querySelector(sel)?.textContent !== was, [selector, old] as const));
+  await waiting(
+    `a change of ${selector}'s text from "${old}"`,
+    page.waitForFunction(([sel, was]) => document.querySelector(sel)?.textContent !== was, [selector, old] as const),
+  );
 }
 
 /** A wait that times out says what it waited for (and, with `now`, what there was instead). */
@@ -113,7 +146,9 @@ export function fitsWidth(page: Page): Promise<boolean> {
 
 /** Whether `handle` is still in the document and has the focus (an element re-created by a render has neither). */
 export function stillFocused(handle: ElementHandle): Promise<boolean> {
-  return handle.evaluate((el) => (el as unknown as { isConnected: boolean }).isConnected && document.activeElement === el);
+  return handle.evaluate(
+    (el) => (el as unknown as { isConnected: boolean }).isConnected && document.activeElement === el,
+  );
 }
 
 /** CJK ideographs, kana, hangul and full-width forms: glyphs the page's fonts (DejaVu) do not have. */

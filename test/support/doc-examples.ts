@@ -44,7 +44,8 @@ export function checkedExamples(markdown: string): DocExample[] {
     const markerLine = i + 1;
     let open = i + 1;
     while (open < lines.length && lines[open]!.trim() === '') open++;
-    if (!/^```(sh|bash)\s*$/.test(lines[open] ?? '')) throw new Error(`line ${i + 1}: <!-- checked --> is not followed by a sh block`);
+    if (!/^```(sh|bash)\s*$/.test(lines[open] ?? ''))
+      throw new Error(`line ${i + 1}: <!-- checked --> is not followed by a sh block`);
     let close = open + 1;
     while (close < lines.length && lines[close] !== '```') close++;
     const commands: DocCommand[] = [];
@@ -80,12 +81,16 @@ export function checkedExamples(markdown: string): DocExample[] {
         c.expected[c.expected.length - 1] = c.expected.at(-1)!.replace(EXIT, '');
       }
     }
-    const parts = (marker[1] ?? '').split(',').map((p) => p.trim()).filter(Boolean);
+    const parts = (marker[1] ?? '')
+      .split(',')
+      .map((p) => p.trim())
+      .filter(Boolean);
     const unknown = parts.filter((p) => p !== 'runs until stopped' && !p.startsWith('scene '));
     if (unknown.length) throw new Error(`line ${markerLine}: unknown marker part ${unknown.join(', ')}`);
     const scene = parts.find((p) => p.startsWith('scene '))?.slice('scene '.length) ?? null;
     const runsUntilStopped = parts.includes('runs until stopped');
-    if (runsUntilStopped && commands.length !== 1) throw new Error(`line ${markerLine}: a block that runs until stopped holds one command`);
+    if (runsUntilStopped && commands.length !== 1)
+      throw new Error(`line ${markerLine}: a block that runs until stopped holds one command`);
     out.push({ line: markerLine, scene, runsUntilStopped, commands });
   }
   return out;
@@ -115,7 +120,8 @@ const ANY: Array<[RegExp, string]> = [
 const TOKEN = new RegExp([...BOUND, ...ANY.map(([r]) => r)].map((r) => `(${r.source})`).join('|'), 'g');
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 /** Literal text; a gap of two spaces or more between columns matches any such gap (ids and names vary in length). */
-const literal = (s: string, atStart: boolean) => escape(s).replace(/ {2,}/g, (gap, at: number) => (atStart && at === 0 ? gap : ' {2,}'));
+const literal = (s: string, atStart: boolean) =>
+  escape(s).replace(/ {2,}/g, (gap, at: number) => (atStart && at === 0 ? gap : ' {2,}'));
 
 export type Bindings = Map<string, string>;
 
@@ -173,7 +179,8 @@ export function matchSample(sample: string[], printed: string[], bindings: Bindi
     for (const [i, docValue] of captures.entries()) {
       const real = m.groups![`v${i}`]!;
       if (taken.has(real)) {
-        if (s > best.at) best = { at: s, why: `${docValue} is printed as ${real}, which another id of the page already stands for` };
+        if (s > best.at)
+          best = { at: s, why: `${docValue} is printed as ${real}, which another id of the page already stands for` };
         return null;
       }
       nb.set(docValue, real);
@@ -186,7 +193,9 @@ export function matchSample(sample: string[], printed: string[], bindings: Bindi
     for (const [k, v] of result) bindings.set(k, v);
     return null;
   }
-  return best.at < 0 ? `printed ${printed.length} lines, the sample has ${sample.length}` : `sample line ${JSON.stringify(sample[best.at])}: ${best.why}`;
+  return best.at < 0
+    ? `printed ${printed.length} lines, the sample has ${sample.length}`
+    : `sample line ${JSON.stringify(sample[best.at])}: ${best.why}`;
 }
 
 /** A command of the page with its ids and names replaced by the real ones; throws on one never printed before. */

@@ -56,8 +56,12 @@ export function waitUntil<T>(
       if (value !== undefined) finish(() => resolve(value as T));
     };
     const timer = setTimeout(() => {
-      const seen = durableEvents(ts, taskId).map((e) => `${e.seq}:${e.event}`).join(' ');
-      finish(() => reject(new Error(`timed out after ${timeoutMs} ms waiting for ${opts.what ?? 'an event'}; events: ${seen}`)));
+      const seen = durableEvents(ts, taskId)
+        .map((e) => `${e.seq}:${e.event}`)
+        .join(' ');
+      finish(() =>
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${opts.what ?? 'an event'}; events: ${seen}`)),
+      );
     }, timeoutMs);
     unsubscribe = ts.server.services.registry.log.subscribe(taskId, () => evaluate());
     evaluate();
@@ -75,7 +79,11 @@ export function waitForEvent(
 }
 
 /** Events of the task named `name` (optionally filtered further). */
-export function eventsNamed(events: readonly AnyEvent[], name: string, where: (e: AnyEvent) => boolean = () => true): AnyEvent[] {
+export function eventsNamed(
+  events: readonly AnyEvent[],
+  name: string,
+  where: (e: AnyEvent) => boolean = () => true,
+): AnyEvent[] {
   return events.filter((e) => e.event === name && where(e));
 }
 

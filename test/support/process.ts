@@ -49,16 +49,38 @@ export interface SpawnerProcess {
  * spool in a fresh temp dir unless `extraArgs` names one (`--spool-dir`), and short restart
  * backoffs unless `extraArgs` sets them (`--restart-backoff`).
  */
-export function spawnSpawner(serverUrl: string, token: string, scriptFile: string, extraArgs: string[] = []): SpawnerProcess {
+export function spawnSpawner(
+  serverUrl: string,
+  token: string,
+  scriptFile: string,
+  extraArgs: string[] = [],
+): SpawnerProcess {
   const agentCmd = `"${process.execPath}" "${SCRIPTED_AGENT}"`;
   const defaults = [
     ...(extraArgs.includes('--spool-dir') ? [] : ['--spool-dir', mkdtempSync(path.join(os.tmpdir(), 'beidou-spool-'))]),
     ...(extraArgs.includes('--restart-backoff') ? [] : ['--restart-backoff', '0.2,0.5,1']),
   ];
-  const child = spawn(process.execPath, [CLI, 'spawner', '--server', serverUrl, '--token', token, '--adapter', 'command', '--command', agentCmd, ...defaults, ...extraArgs], {
-    env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      CLI,
+      'spawner',
+      '--server',
+      serverUrl,
+      '--token',
+      token,
+      '--adapter',
+      'command',
+      '--command',
+      agentCmd,
+      ...defaults,
+      ...extraArgs,
+    ],
+    {
+      env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));

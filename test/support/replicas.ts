@@ -31,7 +31,11 @@ export function sharedSecrets(databaseUrl: string) {
 /** `port` 0 takes a free one; a given port lets a replica come back where a client looks for it. */
 export async function startReplica(databaseUrl: string, env: Record<string, string> = {}, port = 0): Promise<Replica> {
   const home = tempHome();
-  const child = new CliChild(['serve', '--port', String(port), '--home', home, '--database-url', databaseUrl], { BEIDOU_LOG_LEVEL: 'warn', ...sharedSecrets(databaseUrl), ...env });
+  const child = new CliChild(['serve', '--port', String(port), '--home', home, '--database-url', databaseUrl], {
+    BEIDOU_LOG_LEVEL: 'warn',
+    ...sharedSecrets(databaseUrl),
+    ...env,
+  });
   const first = await child.waitForLine((_l, i) => i === 0);
   const m = LISTENING.exec(first);
   if (!m) throw new Error(`unexpected first line: ${first}\n${child.stderr}`);
@@ -46,7 +50,11 @@ export async function health(url: string): Promise<{ status: number; body: any; 
 
 /** Waits until `url` answers its health check 200 as the active replica. */
 export function untilActive(url: string, deadlineMs = 15_000): Promise<true> {
-  return until(`${url} active`, async () => ((await health(url).catch(() => null))?.status === 200 ? true : undefined), deadlineMs);
+  return until(
+    `${url} active`,
+    async () => ((await health(url).catch(() => null))?.status === 200 ? true : undefined),
+    deadlineMs,
+  );
 }
 
 export function adminCall(url: string, databaseUrl: string) {
@@ -81,9 +89,13 @@ export class FollowingAgent {
       }
       // A call cut by the death of its replica can be left waiting by the SDK's stream
       // resumption: past a deadline it counts as failed, as an agent's client would see it.
-      const raw = (await this.agent.client.callTool({ name, arguments: args }, undefined, { timeout: CALL_TIMEOUT_MS })) as CallToolResult;
+      const raw = (await this.agent.client.callTool({ name, arguments: args }, undefined, {
+        timeout: CALL_TIMEOUT_MS,
+      })) as CallToolResult;
       const text = (raw.content[0] as { text: string }).text;
-      const out: ToolOutcome = raw.isError ? { ok: false, error: JSON.parse(text), raw } : { ok: true, value: raw.structuredContent, raw };
+      const out: ToolOutcome = raw.isError
+        ? { ok: false, error: JSON.parse(text), raw }
+        : { ok: true, value: raw.structuredContent, raw };
       if (!out.ok && (out.error.error === 'internal_error' || out.error.error === 'standby')) await this.drop();
       return out;
     } catch {

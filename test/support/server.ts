@@ -25,7 +25,12 @@ export interface TestServer {
   url: string;
   home: string;
   adminToken: string;
-  api<T = any>(method: string, route: string, body?: unknown, token?: string): Promise<{ status: number; body: T; headers: Headers }>;
+  api<T = any>(
+    method: string,
+    route: string,
+    body?: unknown,
+    token?: string,
+  ): Promise<{ status: number; body: T; headers: Headers }>;
   close(): Promise<void>;
 }
 
@@ -35,7 +40,16 @@ export interface TestServer {
  * own database, unless `env` names one. `webRoot`: where the built dashboard is looked for
  * (the package's dist/web/ by default).
  */
-export async function startTestServer(opts: { home?: string; port?: number; env?: Record<string, string>; clock?: Clock; logger?: Logger; webRoot?: string } = {}): Promise<TestServer> {
+export async function startTestServer(
+  opts: {
+    home?: string;
+    port?: number;
+    env?: Record<string, string>;
+    clock?: Clock;
+    logger?: Logger;
+    webRoot?: string;
+  } = {},
+): Promise<TestServer> {
   const home = opts.home ?? tempHome();
   const config = loadConfig({ port: String(opts.port ?? 0), home }, { ...(await storeEnv(home)), ...opts.env });
   const server = await startServer(config, {
@@ -79,7 +93,9 @@ export function removeHome(home: string): void {
   rmSync(home, { recursive: true, force: true });
 }
 
-export type ToolOutcome<T = any> = { ok: true; value: T; raw: CallToolResult } | { ok: false; error: { error: string; message: string; details: Record<string, unknown> }; raw: CallToolResult };
+export type ToolOutcome<T = any> =
+  | { ok: true; value: T; raw: CallToolResult }
+  | { ok: false; error: { error: string; message: string; details: Record<string, unknown> }; raw: CallToolResult };
 
 export interface TestAgent {
   client: Client;

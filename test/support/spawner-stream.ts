@@ -11,7 +11,10 @@ export async function handSpawner(ts: TestServer, instance: string, streams: Abo
   const headers = { authorization: `Bearer ${token}`, 'beidou-spawner-instance': instance };
   const controller = new AbortController();
   streams.push(controller);
-  const res = await fetch(`${ts.url}/api/spawner/stream?max_agents=${maxAgents}&name=${instance}`, { headers, signal: controller.signal });
+  const res = await fetch(`${ts.url}/api/spawner/stream?max_agents=${maxAgents}&name=${instance}`, {
+    headers,
+    signal: controller.signal,
+  });
   const queue: any[] = [];
   let wake: (() => void) | null = null;
   const parser = createParser({
@@ -37,7 +40,11 @@ export async function handSpawner(ts: TestServer, instance: string, streams: Abo
     }
   };
   const post = async (route: string, body: unknown) => {
-    const r = await fetch(`${ts.url}/api/spawner${route}`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const r = await fetch(`${ts.url}/api/spawner${route}`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
     return { status: r.status, body: (await r.json()) as any };
   };
   return { status: res.status, next, post, headers, token };

@@ -20,7 +20,8 @@ export const STORE: StoreKind = process.env.BEIDOU_TEST_STORE === 'postgres' ? '
 /** The databases this test file created: dropped when it ends (test/support/postgres-file.ts). */
 const created = new Map<string, Promise<void>>();
 
-export const databaseName = (home: string) => `beidou_${createHash('sha256').update(path.resolve(home)).digest('hex').slice(0, 20)}`;
+export const databaseName = (home: string) =>
+  `beidou_${createHash('sha256').update(path.resolve(home)).digest('hex').slice(0, 20)}`;
 
 /** The URL of the database of `home`, created (from template0) the first time. */
 export async function databaseUrlFor(home: string): Promise<string> {
@@ -60,7 +61,10 @@ export async function storeEnv(home: string): Promise<Record<string, string>> {
  * on that home, or a second replica given them, signs and checks alike.
  */
 export function replicaSecrets(home: string): { BEIDOU_SECRET: string; BEIDOU_ADMIN_TOKEN: string } {
-  const of = (what: string) => createHash('sha256').update(`${what}:${path.resolve(home)}`).digest('base64url');
+  const of = (what: string) =>
+    createHash('sha256')
+      .update(`${what}:${path.resolve(home)}`)
+      .digest('base64url');
   return { BEIDOU_SECRET: of('secret') + of('secret2'), BEIDOU_ADMIN_TOKEN: `bdu_admin_${of('admin')}` };
 }
 
@@ -70,7 +74,11 @@ export async function withDatabase<T>(home: string, fn: (client: pg.Client) => P
 }
 
 /** Rows of the rollups of `home`, by `?`-parameterised SQL that both SQLite and PostgreSQL run. */
-export async function rollupRows(home: string, sql: string, params: unknown[] = []): Promise<Array<Record<string, unknown>>> {
+export async function rollupRows(
+  home: string,
+  sql: string,
+  params: unknown[] = [],
+): Promise<Array<Record<string, unknown>>> {
   if (STORE === 'embedded') {
     const db = new Database(path.join(home, 'stats.db'), { readonly: true });
     try {
@@ -83,7 +91,13 @@ export async function rollupRows(home: string, sql: string, params: unknown[] = 
   const text = sql.replace(/\?/g, () => `$${++n}`);
   return withDatabase(home, async (client) => {
     // bigint columns (token counts) as numbers, as SQLite gives them.
-    const { rows } = await client.query({ text, values: params, types: { getTypeParser: (oid, format) => (oid === 20 ? Number : pg.types.getTypeParser(oid, format)) } as pg.CustomTypesConfig });
+    const { rows } = await client.query({
+      text,
+      values: params,
+      types: {
+        getTypeParser: (oid, format) => (oid === 20 ? Number : pg.types.getTypeParser(oid, format)),
+      } as pg.CustomTypesConfig,
+    });
     return rows as Array<Record<string, unknown>>;
   });
 }
@@ -102,7 +116,10 @@ export async function storedEvents(home: string, taskId: string): Promise<Array<
       .map((l) => JSON.parse(l) as Record<string, any>);
   }
   return withDatabase(home, async (client) => {
-    const { rows } = await client.query<{ body: Record<string, any> }>('SELECT body FROM events WHERE task_id = $1 ORDER BY seq', [taskId]);
+    const { rows } = await client.query<{ body: Record<string, any> }>(
+      'SELECT body FROM events WHERE task_id = $1 ORDER BY seq',
+      [taskId],
+    );
     return rows.map((r) => r.body);
   });
 }
@@ -114,14 +131,19 @@ export async function storedPlans(home: string, taskId: string): Promise<string[
     return existsSync(dir) ? readdirSync(dir).sort() : [];
   }
   return withDatabase(home, async (client) => {
-    const { rows } = await client.query<{ plan_id: string; removed: boolean }>('SELECT plan_id, removed_at IS NOT NULL AS removed FROM plans WHERE task_id = $1', [taskId]);
+    const { rows } = await client.query<{ plan_id: string; removed: boolean }>(
+      'SELECT plan_id, removed_at IS NOT NULL AS removed FROM plans WHERE task_id = $1',
+      [taskId],
+    );
     return rows.map((r) => `${r.plan_id}${r.removed ? '.removed' : ''}.json`).sort();
   });
 }
 
 /** Where the store keeps a plan: what `plan_path` says. */
 export function planLocation(home: string, taskId: string, planId: string): string {
-  return STORE === 'embedded' ? path.join(home, 'plans', taskId, `${planId}.json`) : `postgres:plans/${taskId}/${planId}`;
+  return STORE === 'embedded'
+    ? path.join(home, 'plans', taskId, `${planId}.json`)
+    : `postgres:plans/${taskId}/${planId}`;
 }
 
 export { quoteIdent };

@@ -5,8 +5,20 @@ import path from 'node:path';
 import { expect } from 'vitest';
 import { liveSessions, type ClaudeSession } from '../../src/cli/wake/claude-sessions.js';
 import { WakeState, type SessionWake } from '../../src/cli/wake/wake-state.js';
-import { CLAUDE, claudeEnv, settleClaudeHome, startTmuxClaude, type TmuxClaude } from '../../src/testkit/claude-tmux.js';
-import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic, type RecordedRequest } from '../../src/testkit/fake-anthropic.js';
+import {
+  CLAUDE,
+  claudeEnv,
+  settleClaudeHome,
+  startTmuxClaude,
+  type TmuxClaude,
+} from '../../src/testkit/claude-tmux.js';
+import {
+  resultText,
+  startFakeAnthropic,
+  toolResults,
+  type FakeAnthropic,
+  type RecordedRequest,
+} from '../../src/testkit/fake-anthropic.js';
 import { until } from '../../src/testkit/poll.js';
 import { pidAlive } from '../../src/util/process.js';
 import { CLI } from './process.js';
@@ -48,11 +60,17 @@ export class WakeRig {
     const project = path.join(home, 'project');
     mkdirSync(project);
     settleClaudeHome(home, { projects: [project], bypass: opts.bypass });
-    const env = claudeEnv(fake, home, { PATH: `${path.dirname(CLAUDE)}${path.delimiter}${process.env.PATH ?? ''}`, ...opts.extraEnv });
+    const env = claudeEnv(fake, home, {
+      PATH: `${path.dirname(CLAUDE)}${path.delimiter}${process.env.PATH ?? ''}`,
+      ...opts.extraEnv,
+    });
     const res = await server().api('POST', '/tasks', { task: 'work with me', spawn: false });
     if (res.status !== 201) throw new Error(`task creation failed: ${res.status} ${JSON.stringify(res.body)}`);
     const rig = new WakeRig(server, fake, home, project, env, res.body);
-    rig.cleanups.push(() => fake.close(), () => rmSync(home, { recursive: true, force: true, maxRetries: 3 }));
+    rig.cleanups.push(
+      () => fake.close(),
+      () => rmSync(home, { recursive: true, force: true, maxRetries: 3 }),
+    );
     return rig;
   }
 
@@ -72,8 +90,11 @@ export class WakeRig {
   beidou(args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
     const { url, home } = this.server();
     return new Promise((resolve) => {
-      execFile(process.execPath, [CLI, ...args, '--server', url, '--home', home], { cwd: this.project, env: this.env, encoding: 'utf8', timeout: STEP_MS }, (err, stdout, stderr) =>
-        resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      execFile(
+        process.execPath,
+        [CLI, ...args, '--server', url, '--home', home],
+        { cwd: this.project, env: this.env, encoding: 'utf8', timeout: STEP_MS },
+        (err, stdout, stderr) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
       );
     });
   }
@@ -87,7 +108,9 @@ export class WakeRig {
   startClaude(args: string[] = []): TmuxClaude {
     const claude = startTmuxClaude(this.project, this.env, args);
     this.cleanups.push(async () => {
-      const pids = liveSessions(this.env).filter((x) => x.cwd === this.project).map((x) => x.pid);
+      const pids = liveSessions(this.env)
+        .filter((x) => x.cwd === this.project)
+        .map((x) => x.pid);
       claude.kill();
       // Its files are written until it is gone; the throwaway HOME is removed after.
       await until('Claude Code to exit', () => (pids.some(pidAlive) ? undefined : true), STEP_MS);
@@ -106,16 +129,26 @@ export class WakeRig {
 
   /** What wakes the session (its relay or rewake waiter), as recorded in the wake folder. */
   waker(session: ClaudeSession): SessionWake | undefined {
-    return this.state.sessionWake(`pid:${session.pid}`) ?? (session.sessionId ? this.state.sessionWake(`sid:${session.sessionId}`) : null) ?? undefined;
+    return (
+      this.state.sessionWake(`pid:${session.pid}`) ??
+      (session.sessionId ? this.state.sessionWake(`sid:${session.sessionId}`) : null) ??
+      undefined
+    );
   }
 
   /** Sends, then waits for the model request the doorbell starts; returns how long that took. */
-  async wakeBy(claude: TmuxClaude, send: () => Promise<string>): Promise<{ ms: number; messageId: string; request: RecordedRequest }> {
+  async wakeBy(
+    claude: TmuxClaude,
+    send: () => Promise<string>,
+  ): Promise<{ ms: number; messageId: string; request: RecordedRequest }> {
     const before = this.fake.requests.length;
     const t0 = Date.now();
     const messageId = await send();
     const request = await this.fake
-      .waitForRequest((r) => this.fake.requests.indexOf(r) >= before && r.kind === 'scripted', { timeoutMs: STEP_MS, what: 'the model request of the woken session' })
+      .waitForRequest((r) => this.fake.requests.indexOf(r) >= before && r.kind === 'scripted', {
+        timeoutMs: STEP_MS,
+        what: 'the model request of the woken session',
+      })
       .catch((err: Error) => {
         throw new Error(`${err.message}\n${this.diagnose(claude)}`);
       });
@@ -136,7 +169,9 @@ export class WakeRig {
   diagnose(claude: TmuxClaude): string {
     const dir = this.state.dir;
     const files = existsSync(dir) ? readdirSync(dir) : [];
-    const logs = files.filter((f) => f.endsWith('.log')).map((f) => `--- ${f}\n${readFileSync(path.join(dir, f), 'utf8')}`);
+    const logs = files
+      .filter((f) => f.endsWith('.log'))
+      .map((f) => `--- ${f}\n${readFileSync(path.join(dir, f), 'utf8')}`);
     return `pane:\n${claude.capture()}\nwake files: ${files.join(' ')}\n${logs.join('\n')}`;
   }
 }

@@ -8,7 +8,12 @@ import { renderAnswerText, validateAnswers, type AnswerInput } from '../../src/d
  * answer_question input): validation against the questions asked, selected_values, answer_text.
  */
 
-const freeText = (header = '', question = 'Anything else?'): QuestionItem => ({ question, header, multiSelect: false, options: [] });
+const freeText = (header = '', question = 'Anything else?'): QuestionItem => ({
+  question,
+  header,
+  multiSelect: false,
+  options: [],
+});
 
 const singleSelect = (header = 'Colour'): QuestionItem => ({
   question: 'Which colour?',
@@ -71,7 +76,12 @@ describe('renderAnswerText (the answer_text rules of docs/tools.md)', () => {
 
   it('grouped: one line per sub-question, prefixed "<header>: " only when the header is non-empty', () => {
     const questions = [singleSelect('Colour'), multiSelect('Langs'), freeText(''), freeText('Notes')];
-    const text = answerText(questions, [answer(['Red']), answer(['TypeScript', 'Rust']), answer([], 'no header here'), answer([], 'keep it small')]);
+    const text = answerText(questions, [
+      answer(['Red']),
+      answer(['TypeScript', 'Rust']),
+      answer([], 'no header here'),
+      answer([], 'keep it small'),
+    ]);
     expect(text).toBe(['Colour: Red', 'Langs: TypeScript, Rust', 'no header here', 'Notes: keep it small'].join('\n'));
   });
 
@@ -87,13 +97,21 @@ describe('validateAnswers', () => {
       [answer(['Blue']), answer(['TypeScript', 'Rust', 'Go']), answer([], 'typed')],
     );
     expect(single).toEqual({ selected_labels: ['Blue'], selected_values: ['Blue'], text: null });
-    expect(multi).toEqual({ selected_labels: ['TypeScript', 'Rust', 'Go'], selected_values: ['ts', 'Rust', 'golang'], text: null });
+    expect(multi).toEqual({
+      selected_labels: ['TypeScript', 'Rust', 'Go'],
+      selected_values: ['ts', 'Rust', 'golang'],
+      text: null,
+    });
     expect(free).toEqual({ selected_labels: [], selected_values: [], text: 'typed' });
-    expect(validateAnswers([singleSelect()], [answer(['Red'])])).toEqual([{ selected_labels: ['Red'], selected_values: ['red'], text: null }]);
+    expect(validateAnswers([singleSelect()], [answer(['Red'])])).toEqual([
+      { selected_labels: ['Red'], selected_values: ['red'], text: null },
+    ]);
   });
 
   it('the "Other" path keeps selected_labels and selected_values empty and the text in text', () => {
-    expect(validateAnswers([singleSelect()], [answer([], 'green')])).toEqual([{ selected_labels: [], selected_values: [], text: 'green' }]);
+    expect(validateAnswers([singleSelect()], [answer([], 'green')])).toEqual([
+      { selected_labels: [], selected_values: [], text: 'green' },
+    ]);
   });
 
   it('a requires_text option with its text keeps both the value and the text', () => {
@@ -113,7 +131,9 @@ describe('validateAnswers', () => {
   });
 
   it('invalid_input naming answers[i].selected_labels for a label that is not an option', () => {
-    const err = errorOf(() => validateAnswers([freeText(), multiSelect()], [answer([], 'ok'), answer(['TypeScript', 'Cobol'])]));
+    const err = errorOf(() =>
+      validateAnswers([freeText(), multiSelect()], [answer([], 'ok'), answer(['TypeScript', 'Cobol'])]),
+    );
     expect(err.code).toBe('invalid_input');
     expect(err.details).toMatchObject({ field: 'answers[1].selected_labels', index: 1 });
     expect(err.message).toContain('answers[1].selected_labels');
@@ -129,7 +149,9 @@ describe('validateAnswers', () => {
 
   it('invalid_input naming answers[i].text when a free-text question gets no text (missing, null, or blank)', () => {
     for (const text of [null, undefined, '', '   ']) {
-      const err = errorOf(() => validateAnswers([singleSelect(), freeText()], [answer(['Red']), { selected_labels: [], text }]));
+      const err = errorOf(() =>
+        validateAnswers([singleSelect(), freeText()], [answer(['Red']), { selected_labels: [], text }]),
+      );
       expect(err.code).toBe('invalid_input');
       expect(err.details).toMatchObject({ field: 'answers[1].text', index: 1 });
       expect(err.message).toContain('answers[1].text');

@@ -11,7 +11,20 @@ import { PACKAGE_ROOT } from '../../src/util/version.js';
  */
 
 /** Lowest first. A file may import its own layer or one listed before it. */
-const LAYERS = ['util', 'config', 'identity', 'events', 'protocol', 'registry', 'domain', 'skills', 'store', 'runtime', 'primitives', 'server'] as const;
+const LAYERS = [
+  'util',
+  'config',
+  'identity',
+  'events',
+  'protocol',
+  'registry',
+  'domain',
+  'skills',
+  'store',
+  'runtime',
+  'primitives',
+  'server',
+] as const;
 /** Entry points: above everything, and never imported by a layer. */
 const ENTRY_POINTS = ['cli', 'demo', 'bench', 'scripts'] as const;
 /**
@@ -26,7 +39,15 @@ const SPAWNER_MAY_IMPORT = new Set(['spawner', 'protocol', 'events/catalogue', '
 /** Packages that belong to the transport and process edges, never to decisions or state. */
 const EDGE_PACKAGES = ['express', '@modelcontextprotocol/sdk', 'pino', 'better-sse'];
 /** Decisions are pure: no file system, no processes, no database. */
-const IO_MODULES = ['node:fs', 'node:fs/promises', 'node:child_process', 'node:net', 'node:http', 'better-sqlite3', 'pg'];
+const IO_MODULES = [
+  'node:fs',
+  'node:fs/promises',
+  'node:child_process',
+  'node:net',
+  'node:http',
+  'better-sqlite3',
+  'pg',
+];
 /** The pure core: the event types and the state they reduce to. Its stores live in store/, one folder per backend. */
 const PURE_CORE = new Set(['events', 'registry', 'domain']);
 /** Only the store speaks to PostgreSQL: the server reaches it through the Store interface (store/index.ts). */
@@ -55,7 +76,11 @@ function sourceFiles(dir: string): string[] {
 /** Every `import … from 'x'`, `export … from 'x'`, `import 'x'` and `import('x')` of a file. */
 export function importSpecifiers(text: string): string[] {
   const out: string[] = [];
-  const patterns = [/\b(?:import|export)\s[^;]*?\sfrom\s*['"]([^'"]+)['"]/g, /\bimport\s*['"]([^'"]+)['"]/g, /\bimport\(\s*['"]([^'"]+)['"]\s*\)/g];
+  const patterns = [
+    /\b(?:import|export)\s[^;]*?\sfrom\s*['"]([^'"]+)['"]/g,
+    /\bimport\s*['"]([^'"]+)['"]/g,
+    /\bimport\(\s*['"]([^'"]+)['"]\s*\)/g,
+  ];
   for (const re of patterns) for (const m of text.matchAll(re)) out.push(m[1]!);
   return out;
 }
@@ -67,7 +92,8 @@ function buildGraph(): Graph {
     const local: string[] = [];
     const packages: string[] = [];
     for (const spec of importSpecifiers(readFileSync(file, 'utf8'))) {
-      if (spec.startsWith('.')) local.push(path.posix.normalize(path.posix.join(path.posix.dirname(from), spec)).replace(/\.js$/, '.ts'));
+      if (spec.startsWith('.'))
+        local.push(path.posix.normalize(path.posix.join(path.posix.dirname(from), spec)).replace(/\.js$/, '.ts'));
       else packages.push(spec);
     }
     graph.set(from, { local, packages });
@@ -94,7 +120,8 @@ export function violations(graph: Graph): string[] {
   const out: string[] = [];
   for (const [from, { local, packages }] of graph) {
     const layer = layerOf(from);
-    if (rank(layer) < 0) out.push(`${from}: in no layer (add its folder to the rule in docs/architecture.md and this test)`);
+    if (rank(layer) < 0)
+      out.push(`${from}: in no layer (add its folder to the rule in docs/architecture.md and this test)`);
     for (const to of local) {
       if (!graph.has(to)) {
         out.push(`${from} imports ${to}, which does not exist`);
@@ -104,7 +131,10 @@ export function violations(graph: Graph): string[] {
       if (target === layer) continue;
       if (layer === 'spawner') {
         const allowed = SPAWNER_MAY_IMPORT.has(target) || SPAWNER_MAY_IMPORT.has(to.replace(/\.ts$/, ''));
-        if (!allowed) out.push(`${from} imports ${to}: the spawner process shares only ${[...SPAWNER_MAY_IMPORT].join(', ')} with the server`);
+        if (!allowed)
+          out.push(
+            `${from} imports ${to}: the spawner process shares only ${[...SPAWNER_MAY_IMPORT].join(', ')} with the server`,
+          );
         continue;
       }
       if (target === 'testkit' && !TESTKIT_USERS.has(layer)) {
@@ -112,15 +142,28 @@ export function violations(graph: Graph): string[] {
         continue;
       }
       const isEntry = (ENTRY_POINTS as readonly string[]).includes(target);
-      if (isEntry || rank(target) >= rank(layer)) out.push(`${from} imports ${to}: ${layer} may not import ${target} (imports point down: ${LAYERS.join(' < ')} < entry points)`);
+      if (isEntry || rank(target) >= rank(layer))
+        out.push(
+          `${from} imports ${to}: ${layer} may not import ${target} (imports point down: ${LAYERS.join(' < ')} < entry points)`,
+        );
     }
     if (layer === 'registry' || layer === 'domain' || layer === 'events' || layer === 'protocol') {
-      for (const p of packages) if (EDGE_PACKAGES.some((e) => p === e || p.startsWith(`${e}/`))) out.push(`${from} imports ${p}: ${layer} knows no transport and no logger`);
+      for (const p of packages)
+        if (EDGE_PACKAGES.some((e) => p === e || p.startsWith(`${e}/`)))
+          out.push(`${from} imports ${p}: ${layer} knows no transport and no logger`);
     }
     if (PURE_CORE.has(layer)) {
-      for (const p of packages) if (IO_MODULES.includes(p)) out.push(`${from} imports ${p}: ${layer} does no I/O (the stores in store/ read and write; the caller commits and waits)`);
+      for (const p of packages)
+        if (IO_MODULES.includes(p))
+          out.push(
+            `${from} imports ${p}: ${layer} does no I/O (the stores in store/ read and write; the caller commits and waits)`,
+          );
     } else if (!DATABASE_USERS.has(layer)) {
-      for (const p of packages) if (DATABASE_PACKAGES.includes(p)) out.push(`${from} imports ${p}: only store/ speaks to a database (${layer} goes through the Store interface)`);
+      for (const p of packages)
+        if (DATABASE_PACKAGES.includes(p))
+          out.push(
+            `${from} imports ${p}: only store/ speaks to a database (${layer} goes through the Store interface)`,
+          );
     }
   }
   return out;
@@ -129,7 +172,8 @@ export function violations(graph: Graph): string[] {
 /** Every import of a file with whether it is type-only (`import type`, `export type`): erased when bundled. */
 export function typedImports(text: string): Array<{ spec: string; typeOnly: boolean }> {
   const out: Array<{ spec: string; typeOnly: boolean }> = [];
-  for (const m of text.matchAll(/\b(?:import|export)\s+(type\s+)?[^;'"]*?\sfrom\s*['"]([^'"]+)['"]/g)) out.push({ spec: m[2]!, typeOnly: m[1] !== undefined });
+  for (const m of text.matchAll(/\b(?:import|export)\s+(type\s+)?[^;'"]*?\sfrom\s*['"]([^'"]+)['"]/g))
+    out.push({ spec: m[2]!, typeOnly: m[1] !== undefined });
   for (const m of text.matchAll(/\bimport\s*['"]([^'"]+)['"]/g)) out.push({ spec: m[1]!, typeOnly: false });
   for (const m of text.matchAll(/\bimport\(\s*['"]([^'"]+)['"]\s*\)/g)) out.push({ spec: m[1]!, typeOnly: false });
   return out;
@@ -144,7 +188,11 @@ function buildWebGraph(): WebGraph {
     if (graph.has(rel)) return;
     const imports = typedImports(readFileSync(path.join(PACKAGE_ROOT, rel), 'utf8')).map(({ spec, typeOnly }) => {
       if (!spec.startsWith('.')) return { target: spec, typeOnly, local: false };
-      return { target: path.posix.normalize(path.posix.join(path.posix.dirname(rel), spec)).replace(/\.js$/, '.ts'), typeOnly, local: true };
+      return {
+        target: path.posix.normalize(path.posix.join(path.posix.dirname(rel), spec)).replace(/\.js$/, '.ts'),
+        typeOnly,
+        local: true,
+      };
     });
     graph.set(rel, imports);
     // Follow what the bundle takes from src/ (value imports), to check it stays pure.
@@ -167,13 +215,19 @@ export function webViolations(graph: WebGraph): string[] {
     for (const { target, typeOnly, local } of imports) {
       if (typeOnly) continue;
       if (!local) {
-        if (target.startsWith('node:') || EDGE_PACKAGES.some((e) => target === e || target.startsWith(`${e}/`)) || IO_MODULES.includes(target)) {
+        if (
+          target.startsWith('node:') ||
+          EDGE_PACKAGES.some((e) => target === e || target.startsWith(`${e}/`)) ||
+          IO_MODULES.includes(target)
+        ) {
           out.push(`${from} imports ${target}: the page runs in a browser (no Node, server or I/O packages)`);
         }
         continue;
       }
       if (target.startsWith('src/') && !WEB_MAY_IMPORT.has(target)) {
-        out.push(`${from} imports ${target}: the page may take from src/ only ${[...WEB_MAY_IMPORT].join(', ')} (and types, with import type)`);
+        out.push(
+          `${from} imports ${target}: the page may take from src/ only ${[...WEB_MAY_IMPORT].join(', ')} (and types, with import type)`,
+        );
       }
     }
   }
@@ -222,7 +276,8 @@ describe('the import rule (docs/architecture.md)', () => {
 
   it('reads the real tree: every layer is there and imports were found', () => {
     const layers = new Set([...graph.keys()].map(layerOf));
-    for (const layer of [...LAYERS, 'spawner', 'testkit', 'cli']) expect(layers, `no files in src/${layer}`).toContain(layer);
+    for (const layer of [...LAYERS, 'spawner', 'testkit', 'cli'])
+      expect(layers, `no files in src/${layer}`).toContain(layer);
     const edges = [...graph.values()].reduce((n, f) => n + f.local.length, 0);
     expect(edges).toBeGreaterThan(100);
   });
@@ -240,7 +295,10 @@ describe('the import rule (docs/architecture.md)', () => {
       ['registry/state.ts', { local: ['domain/agents.ts'], packages: [] }],
       ['domain/agents.ts', { local: ['registry/state.ts', 'runtime/inbox.ts'], packages: ['express', 'node:fs'] }],
       ['runtime/inbox.ts', { local: [], packages: [] }],
-      ['spawner/spawner.ts', { local: ['server/server.ts', 'protocol/spawner.ts', 'events/catalogue.ts'], packages: [] }],
+      [
+        'spawner/spawner.ts',
+        { local: ['server/server.ts', 'protocol/spawner.ts', 'events/catalogue.ts'], packages: [] },
+      ],
       ['server/server.ts', { local: ['cli/main.ts'], packages: [] }],
       ['protocol/spawner.ts', { local: [], packages: [] }],
       ['events/catalogue.ts', { local: [], packages: [] }],
@@ -260,9 +318,13 @@ describe('the import rule (docs/architecture.md)', () => {
     expect(found.some((v) => v.startsWith('server/server.ts imports cli/main.ts'))).toBe(true);
     expect(found.some((v) => v.startsWith('cli/wake/attach.ts imports testkit/fake-anthropic.ts'))).toBe(true);
     // What is allowed is not reported.
-    expect(found.some((v) => v.includes('imports protocol/spawner.ts') || v.includes('imports events/catalogue.ts'))).toBe(false);
+    expect(
+      found.some((v) => v.includes('imports protocol/spawner.ts') || v.includes('imports events/catalogue.ts')),
+    ).toBe(false);
     expect(found.some((v) => v.startsWith('cli/main.ts'))).toBe(false);
-    expect(found.some((v) => v.startsWith('bench/main.ts') || v.startsWith('scripts/') || v.startsWith('testkit/'))).toBe(false);
+    expect(
+      found.some((v) => v.startsWith('bench/main.ts') || v.startsWith('scripts/') || v.startsWith('testkit/')),
+    ).toBe(false);
     expect(cycles(planted)).toEqual([
       ['cli/main.ts', 'server/server.ts', 'spawner/spawner.ts'],
       ['domain/agents.ts', 'registry/state.ts'],
@@ -282,14 +344,17 @@ describe('the import rule (docs/architecture.md)', () => {
 
   it('the web check catches a value import of the server, and a Node module in the bundle', () => {
     const planted: WebGraph = new Map([
-      ['web/src/app.tsx', [
-        { target: 'src/server/api/views.ts', typeOnly: false, local: true },
-        { target: 'src/server/api/admin.ts', typeOnly: true, local: true },
-        { target: 'src/events/describe.ts', typeOnly: false, local: true },
-        { target: 'web/src/api.ts', typeOnly: false, local: true },
-        { target: 'preact', typeOnly: false, local: false },
-        { target: 'node:fs', typeOnly: false, local: false },
-      ]],
+      [
+        'web/src/app.tsx',
+        [
+          { target: 'src/server/api/views.ts', typeOnly: false, local: true },
+          { target: 'src/server/api/admin.ts', typeOnly: true, local: true },
+          { target: 'src/events/describe.ts', typeOnly: false, local: true },
+          { target: 'web/src/api.ts', typeOnly: false, local: true },
+          { target: 'preact', typeOnly: false, local: false },
+          { target: 'node:fs', typeOnly: false, local: false },
+        ],
+      ],
       ['src/events/describe.ts', [{ target: 'src/registry/state.ts', typeOnly: false, local: true }]],
     ]);
     const found = webViolations(planted);
@@ -297,7 +362,11 @@ describe('the import rule (docs/architecture.md)', () => {
     expect(found.some((v) => v.startsWith('web/src/app.tsx imports node:fs'))).toBe(true);
     expect(found.some((v) => v.startsWith('src/events/describe.ts imports src/registry/state.ts'))).toBe(true);
     expect(found).toHaveLength(3);
-    expect(typedImports("import type { A } from '../../src/a.js';\nimport { b, type C } from './b.js';\nimport './s.css';").map((i) => [i.spec, i.typeOnly])).toEqual([
+    expect(
+      typedImports(
+        "import type { A } from '../../src/a.js';\nimport { b, type C } from './b.js';\nimport './s.css';",
+      ).map((i) => [i.spec, i.typeOnly]),
+    ).toEqual([
       ['../../src/a.js', true],
       ['./b.js', false],
       ['./s.css', false],
@@ -315,6 +384,8 @@ describe('the import rule (docs/architecture.md)', () => {
       "const g = await import('./g.js');",
       "import express from 'express';",
     ].join('\n');
-    expect(importSpecifiers(text).sort()).toEqual(['../b.js', './a.js', './cd.js', './e.js', './f.js', './g.js', './side-effect.js', 'express'].sort());
+    expect(importSpecifiers(text).sort()).toEqual(
+      ['../b.js', './a.js', './cd.js', './e.js', './f.js', './g.js', './side-effect.js', 'express'].sort(),
+    );
   });
 });

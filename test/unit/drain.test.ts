@@ -11,7 +11,10 @@ import { ERROR_REASON_LIMIT, StreamJsonDrain, truncate, type DrainOutput } from 
  */
 
 const FIXTURES = path.resolve(import.meta.dirname, '../fixtures/stream-json');
-const fixture = (name: string) => readFileSync(path.join(FIXTURES, name), 'utf8').split('\n').filter((l) => l.length > 0);
+const fixture = (name: string) =>
+  readFileSync(path.join(FIXTURES, name), 'utf8')
+    .split('\n')
+    .filter((l) => l.length > 0);
 
 type Ev = Record<string, any>;
 
@@ -40,8 +43,19 @@ describe('StreamJsonDrain on a recorded Claude Code session (two turns, parallel
 
   it('counts usage once per message id, although each content block comes as its own line', () => {
     // msg_fake_1 comes as 2 lines (text, tool_use), msg_fake_2 as 3 (three tool_use).
-    const ids = lines.map((l) => JSON.parse(l)).filter((l) => l.type === 'assistant').map((l) => l.message.id);
-    expect(ids).toEqual(['msg_fake_1', 'msg_fake_1', 'msg_fake_2', 'msg_fake_2', 'msg_fake_2', 'msg_fake_3', 'msg_fake_4']);
+    const ids = lines
+      .map((l) => JSON.parse(l))
+      .filter((l) => l.type === 'assistant')
+      .map((l) => l.message.id);
+    expect(ids).toEqual([
+      'msg_fake_1',
+      'msg_fake_1',
+      'msg_fake_2',
+      'msg_fake_2',
+      'msg_fake_2',
+      'msg_fake_3',
+      'msg_fake_4',
+    ]);
     const usage = named(events, 'turn.usage');
     expect(usage.map((e) => e.message_id)).toEqual(['msg_fake_1', 'msg_fake_2', 'msg_fake_3', 'msg_fake_4']);
     expect(usage[0]).toEqual({
@@ -93,7 +107,9 @@ describe('StreamJsonDrain on a recorded Claude Code session (two turns, parallel
 
   it('keeps the text of an error result: our JSON for a Beidou tool, the raw text cut at 2,000 chars for a builtin', () => {
     const byId = new Map(named(events, 'tool_result').map((e) => [e.tool_use_id, e]));
-    expect(byId.get('toolu_fake_2')!.error_reason).toMatch(/^\{"error":"no_active_plan","message":"you have no active plan/);
+    expect(byId.get('toolu_fake_2')!.error_reason).toMatch(
+      /^\{"error":"no_active_plan","message":"you have no active plan/,
+    );
     const invalid = byId.get('toolu_fake_3')!.error_reason as string;
     expect(invalid).toMatch(/^\{"error":"invalid_input",/);
     expect(JSON.parse(invalid.split('\n\n')[0]!)).toEqual({
@@ -158,7 +174,9 @@ describe('StreamJsonDrain on a recorded hook denial', () => {
     expect(named(events, 'tool_called').map((e) => [e.tool_use_id, e.name])).toEqual([['toolu_fake_1', 'Write']]);
     const [result] = named(events, 'tool_result');
     expect(result).toMatchObject({ tool_use_id: 'toolu_fake_1', is_error: true, duration_ms: 50 });
-    expect(result!.error_reason).toMatch(/^PreToolUse:Write hook error: .* signalled review and waits on you\. Approve with mcp__beidou__terminate_child/);
+    expect(result!.error_reason).toMatch(
+      /^PreToolUse:Write hook error: .* signalled review and waits on you\. Approve with mcp__beidou__terminate_child/,
+    );
   });
 
   it('ignores the Stop hook feedback turn and the notification, and still counts every message', () => {
@@ -179,9 +197,21 @@ describe('StreamJsonDrain on hand-written shapes', () => {
   it('counts usage once for a message of five fragments (thinking, text, tool, text, tool)', () => {
     const usage = named(events, 'turn.usage');
     expect(usage.map((e) => e.message_id)).toEqual(['msg_edge_1', 'msg_edge_2']);
-    expect(usage[0]).toMatchObject({ input_tokens: 1200, output_tokens: 3, cache_creation_input_tokens: 400, cache_read_input_tokens: 800 });
+    expect(usage[0]).toMatchObject({
+      input_tokens: 1200,
+      output_tokens: 3,
+      cache_creation_input_tokens: 400,
+      cache_read_input_tokens: 800,
+    });
     // No cache figures in the line: none in the event.
-    expect(usage[1]).toEqual({ event: 'turn.usage', message_id: 'msg_edge_2', model: 'claude-sonnet-4-5', stop_reason: 'max_tokens', input_tokens: 1500, output_tokens: 4 });
+    expect(usage[1]).toEqual({
+      event: 'turn.usage',
+      message_id: 'msg_edge_2',
+      model: 'claude-sonnet-4-5',
+      stop_reason: 'max_tokens',
+      input_tokens: 1500,
+      output_tokens: 4,
+    });
   });
 
   it('emits one assistant_text per text fragment (each stream-json line is one assistant message)', () => {
@@ -223,7 +253,16 @@ describe('StreamJsonDrain on hand-written shapes', () => {
 describe('StreamJsonDrain on anything else', () => {
   it('produces nothing for non-JSON output, unknown line types and an init without a session id', () => {
     const drain = new StreamJsonDrain(() => 0);
-    for (const line of ['', 'Loading MCP servers...', '{"type":"stream_event","event":{"type":"message_delta"}}', '{"type":"system","subtype":"init"}', '{"type":"system","subtype":"compact_boundary","session_id":"s"}', '[1,2]', '42', '"text"']) {
+    for (const line of [
+      '',
+      'Loading MCP servers...',
+      '{"type":"stream_event","event":{"type":"message_delta"}}',
+      '{"type":"system","subtype":"init"}',
+      '{"type":"system","subtype":"compact_boundary","session_id":"s"}',
+      '[1,2]',
+      '42',
+      '"text"',
+    ]) {
       expect(drain.line(line)).toEqual({ events: [] });
     }
   });
@@ -240,24 +279,67 @@ describe('StreamJsonDrain on anything else', () => {
   it('fills defaults for a result without figures, and never reports a negative duration', () => {
     let now = 1_000;
     const drain = new StreamJsonDrain(() => now);
-    drain.line(JSON.stringify({ type: 'assistant', message: { id: 'm1', content: [{ type: 'tool_use', id: 't1', name: 'Read', input: {} }] } }));
+    drain.line(
+      JSON.stringify({
+        type: 'assistant',
+        message: { id: 'm1', content: [{ type: 'tool_use', id: 't1', name: 'Read', input: {} }] },
+      }),
+    );
     now = 400; // a clock that went back (another process's reading, a test's clock)
-    expect(drain.line(JSON.stringify({ type: 'user', message: { content: [{ type: 'tool_result', tool_use_id: 't1', content: 'ok' }] } })).events).toEqual([
-      { event: 'tool_result', tool_use_id: 't1', duration_ms: 0, is_error: false, error_reason: null },
-    ]);
+    expect(
+      drain.line(
+        JSON.stringify({
+          type: 'user',
+          message: { content: [{ type: 'tool_result', tool_use_id: 't1', content: 'ok' }] },
+        }),
+      ).events,
+    ).toEqual([{ event: 'tool_result', tool_use_id: 't1', duration_ms: 0, is_error: false, error_reason: null }]);
     // The same result twice: the second has no call left to pair with.
-    expect(drain.line(JSON.stringify({ type: 'user', message: { content: [{ type: 'tool_result', tool_use_id: 't1', content: 'ok' }] } })).events).toEqual([]);
+    expect(
+      drain.line(
+        JSON.stringify({
+          type: 'user',
+          message: { content: [{ type: 'tool_result', tool_use_id: 't1', content: 'ok' }] },
+        }),
+      ).events,
+    ).toEqual([]);
     expect(drain.line('{"type":"result","subtype":"success"}')).toEqual({
-      events: [{ event: 'run.cost', total_cost_usd: 0, duration_ms: 0, duration_api_ms: 0, num_turns: 0, usage: {}, model_usage: {} }],
+      events: [
+        {
+          event: 'run.cost',
+          total_cost_usd: 0,
+          duration_ms: 0,
+          duration_api_ms: 0,
+          num_turns: 0,
+          usage: {},
+          model_usage: {},
+        },
+      ],
       turnEnded: { clean: true },
     });
   });
 
   it('an error result with no text (only an image) has a null error_reason', () => {
     const drain = new StreamJsonDrain(() => 0);
-    drain.line(JSON.stringify({ type: 'assistant', message: { id: 'm', content: [{ type: 'tool_use', id: 't', name: 'Screenshot', input: {} }] } }));
-    const out = drain.line(JSON.stringify({ type: 'user', message: { content: [{ type: 'tool_result', tool_use_id: 't', is_error: true, content: [{ type: 'image', source: {} }] }] } }));
-    expect(out.events).toEqual([{ event: 'tool_result', tool_use_id: 't', duration_ms: 0, is_error: true, error_reason: null }]);
+    drain.line(
+      JSON.stringify({
+        type: 'assistant',
+        message: { id: 'm', content: [{ type: 'tool_use', id: 't', name: 'Screenshot', input: {} }] },
+      }),
+    );
+    const out = drain.line(
+      JSON.stringify({
+        type: 'user',
+        message: {
+          content: [
+            { type: 'tool_result', tool_use_id: 't', is_error: true, content: [{ type: 'image', source: {} }] },
+          ],
+        },
+      }),
+    );
+    expect(out.events).toEqual([
+      { event: 'tool_result', tool_use_id: 't', duration_ms: 0, is_error: true, error_reason: null },
+    ]);
   });
 
   it('truncate cuts at 2,000 characters exactly, with the suffix only when it cut', () => {

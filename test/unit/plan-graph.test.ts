@@ -1,7 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { findCycle, newlyReady, validatePlanGraph, type PlanTaskSpec } from '../../src/registry/plan-graph.js';
 
-const t = (id: string, depends_on: string[] = []): PlanTaskSpec => ({ id, role: id, skill: 'worker', task: id, description: '', model: null, depends_on });
+const t = (id: string, depends_on: string[] = []): PlanTaskSpec => ({
+  id,
+  role: id,
+  skill: 'worker',
+  task: id,
+  description: '',
+  model: null,
+  depends_on,
+});
 
 describe('plan graph', () => {
   it('accepts a DAG', () => {
@@ -20,7 +28,11 @@ describe('plan graph', () => {
     expect(chain[0]).toBe(chain.at(-1));
     expect(new Set(chain)).toEqual(new Set(['a', 'b', 'c']));
     // Each id depends on the next one in the chain.
-    const deps = new Map([['a', ['c', 'root']], ['b', ['a']], ['c', ['b']]]);
+    const deps = new Map([
+      ['a', ['c', 'root']],
+      ['b', ['a']],
+      ['c', ['b']],
+    ]);
     for (let i = 0; i + 1 < chain.length; i++) expect(deps.get(chain[i]!)).toContain(chain[i + 1]);
     expect(validatePlanGraph([t('x', ['y']), t('y', ['x'])])).toMatchObject({ code: 'cycle_detected' });
   });

@@ -76,7 +76,10 @@ const taskCreated = (over: Partial<EventFields<'task_created'>> = {}): EventFiel
   ...over,
 });
 
-const agentSpawned = (agent_id: string, over: Partial<EventFields<'agent_spawned'>> = {}): EventFields<'agent_spawned'> => ({
+const agentSpawned = (
+  agent_id: string,
+  over: Partial<EventFields<'agent_spawned'>> = {},
+): EventFields<'agent_spawned'> => ({
   agent_id,
   name: `name-${agent_id}`,
   role: null,
@@ -92,7 +95,11 @@ const agentSpawned = (agent_id: string, over: Partial<EventFields<'agent_spawned
   ...over,
 });
 
-const teamCreated = (team_id: string, leader_id: string, over: Partial<EventFields<'team_created'>> = {}): EventFields<'team_created'> => ({
+const teamCreated = (
+  team_id: string,
+  leader_id: string,
+  over: Partial<EventFields<'team_created'>> = {},
+): EventFields<'team_created'> => ({
   team_id,
   name: `team-${team_id}`,
   leader_id,
@@ -135,7 +142,12 @@ const question = (q: string) => ({
   ],
 });
 
-const questionAsked = (qid: string, asker: string, holder: string | null, over: Partial<EventFields<'question_asked'>> = {}): EventFields<'question_asked'> => ({
+const questionAsked = (
+  qid: string,
+  asker: string,
+  holder: string | null,
+  over: Partial<EventFields<'question_asked'>> = {},
+): EventFields<'question_asked'> => ({
   qid,
   asker,
   holder,
@@ -147,7 +159,12 @@ const questionAsked = (qid: string, asker: string, holder: string | null, over: 
   ...over,
 });
 
-const agentStarted = (agent_id: string, spawner_id: string, session_id: string | null, resumed: boolean): EventFields<'agent_started'> => ({
+const agentStarted = (
+  agent_id: string,
+  spawner_id: string,
+  session_id: string | null,
+  resumed: boolean,
+): EventFields<'agent_started'> => ({
   agent_id,
   team_id: null,
   role: null,
@@ -161,7 +178,11 @@ const agentStarted = (agent_id: string, spawner_id: string, session_id: string |
 
 /** A fresh state holding the task and its root agent (leader: the user). */
 function boot(log = new FakeLog()): { log: FakeLog; state: RegistryState } {
-  const state = apply(emptyState(), log.ev('task_created', taskCreated()), log.ev('agent_spawned', agentSpawned(ROOT, { leader_id: USER, skill: 'lead' })));
+  const state = apply(
+    emptyState(),
+    log.ev('task_created', taskCreated()),
+    log.ev('agent_spawned', agentSpawned(ROOT, { leader_id: USER, skill: 'lead' })),
+  );
   return { log, state };
 }
 
@@ -182,9 +203,20 @@ describe('fixture builder', () => {
     const log = new FakeLog();
     expect(() => log.ev('team_created', teamCreated('tm_1', ROOT, { depth: 1.5 }))).toThrow();
     expect(() => log.ev('send_message', { caller_id: '', to: ROOT, content: 'x', message_id: 'm' })).toThrow();
-    expect(() => log.ev('status', { agent_id: ROOT, state: 'sleeping', detail: '' } as unknown as EventFields<'status'>)).toThrow();
-    expect(() => log.ev('liveness.nudge', { agent_id: ROOT, nudge_count: 1, idle_s: 3, extra: true } as EventFields<'liveness.nudge'>)).toThrow();
-    expect(() => log.ev('launch.assigned', { agent_id: ROOT, spawner_id: 'sp' } as EventFields<'launch.assigned'>)).toThrow();
+    expect(() =>
+      log.ev('status', { agent_id: ROOT, state: 'sleeping', detail: '' } as unknown as EventFields<'status'>),
+    ).toThrow();
+    expect(() =>
+      log.ev('liveness.nudge', {
+        agent_id: ROOT,
+        nudge_count: 1,
+        idle_s: 3,
+        extra: true,
+      } as EventFields<'liveness.nudge'>),
+    ).toThrow();
+    expect(() =>
+      log.ev('launch.assigned', { agent_id: ROOT, spawner_id: 'sp' } as EventFields<'launch.assigned'>),
+    ).toThrow();
     // A rejected fixture does not use up a seq.
     expect(log.ev('task_created', taskCreated()).seq).toBe(1);
   });
@@ -220,7 +252,10 @@ describe('tasks and agents', () => {
   it('agent_spawned of the root (leader: the user) registers a fresh agent on the task', () => {
     const log = new FakeLog().at(1_000);
     const state = apply(emptyState(), log.ev('task_created', taskCreated()));
-    reduce(state, log.at(1_050).ev('agent_spawned', agentSpawned(ROOT, { leader_id: USER, role: 'root', model: 'm-1' })));
+    reduce(
+      state,
+      log.at(1_050).ev('agent_spawned', agentSpawned(ROOT, { leader_id: USER, role: 'root', model: 'm-1' })),
+    );
 
     const root = agentOf(state, ROOT);
     expect(root).toMatchObject({
@@ -269,7 +304,13 @@ describe('tasks and agents', () => {
 
   it('launch.requested stores the launch on the agent, and is ignored for an unknown agent', () => {
     const { log, state } = boot();
-    const launch = { prompt: 'You are root', first_message: 'Go', model: 'm-2', workspace_path: '/ws/r', project_workspace_path: '/ws' };
+    const launch = {
+      prompt: 'You are root',
+      first_message: 'Go',
+      model: 'm-2',
+      workspace_path: '/ws/r',
+      project_workspace_path: '/ws',
+    };
     reduce(state, log.at(1_200).ev('launch.requested', { agent_id: ROOT, ...launch }));
     expect(agentOf(state, ROOT).launch).toEqual({ ...launch, requested_at: 1_200 });
 
@@ -289,7 +330,11 @@ describe('tasks and agents', () => {
     reduce(state, log.ev('depth.warning', { team_id: 'tm_x', depth: 5, max_depth: 4 }));
     expect(taskOf(state)).toMatchObject({ event_count: 4, last_event_at: 3_001 });
 
-    apply(state, other.ev('watchdog.exception', { pass: 'A', message: 'x' }), other.ev('watchdog.exception', { pass: 'A', message: 'y' }));
+    apply(
+      state,
+      other.ev('watchdog.exception', { pass: 'A', message: 'x' }),
+      other.ev('watchdog.exception', { pass: 'A', message: 'y' }),
+    );
     expect(taskOf(state)).toMatchObject({ event_count: 4, last_event_at: 3_001 });
     expect(taskOf(state, 'tsk_other')).toMatchObject({ event_count: 3, last_event_at: 50_002, agent_ids: [] });
   });
@@ -303,7 +348,9 @@ describe('teams', () => {
       log.at(2_000).ev('team_created', teamCreated('tm_1', ROOT, { rules: ['r1', 'r2'] })),
       log.ev('agent_spawned', agentSpawned('ag_a', { team_id: 'tm_1', leader_id: ROOT })),
       log.ev('agent_spawned', agentSpawned('ag_b', { team_id: 'tm_1', leader_id: ROOT })),
-      log.at(2_100).ev('team_created', teamCreated('tm_2', 'ag_a', { parent_team_id: 'tm_1', depth: 2, via: 'spawn_agent' })),
+      log
+        .at(2_100)
+        .ev('team_created', teamCreated('tm_2', 'ag_a', { parent_team_id: 'tm_1', depth: 2, via: 'spawn_agent' })),
       log.ev('agent_spawned', agentSpawned('ag_c', { team_id: 'tm_2', leader_id: 'ag_a' })),
     );
 
@@ -320,7 +367,14 @@ describe('teams', () => {
       created_at: 2_000,
       via: 'create_team',
     });
-    expect(state.teams.get('tm_2')).toMatchObject({ leader_id: 'ag_a', parent_team_id: 'tm_1', depth: 2, member_ids: ['ag_c'], via: 'spawn_agent', created_at: 2_100 });
+    expect(state.teams.get('tm_2')).toMatchObject({
+      leader_id: 'ag_a',
+      parent_team_id: 'tm_1',
+      depth: 2,
+      member_ids: ['ag_c'],
+      via: 'spawn_agent',
+      created_at: 2_100,
+    });
 
     const root = agentOf(state, ROOT);
     const a = agentOf(state, 'ag_a');
@@ -342,7 +396,12 @@ describe('teams', () => {
 
   it('a leader that creates several teams leads them in creation order', () => {
     const { log, state } = boot();
-    apply(state, log.ev('team_created', teamCreated('tm_x', ROOT)), log.ev('team_created', teamCreated('tm_y', ROOT)), log.ev('team_created', teamCreated('tm_z', ROOT, { via: 'spawn_agent' })));
+    apply(
+      state,
+      log.ev('team_created', teamCreated('tm_x', ROOT)),
+      log.ev('team_created', teamCreated('tm_y', ROOT)),
+      log.ev('team_created', teamCreated('tm_z', ROOT, { via: 'spawn_agent' })),
+    );
     expect(agentOf(state, ROOT).leads).toEqual(['tm_x', 'tm_y', 'tm_z']);
     expect(agentOf(state, ROOT).plan_team_id).toBe('tm_z');
   });
@@ -369,13 +428,27 @@ describe('inbox', () => {
       state,
       log.at(3_000).ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'hello', message_id: 'msg_1' }),
       log.at(3_001).ev('send_message', { caller_id: USER, to: 'ag_a', content: 'hé😀', message_id: 'msg_2' }),
-      log.at(3_002).ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'ping', message_id: 'msg_3' }),
+      log
+        .at(3_002)
+        .ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'ping', message_id: 'msg_3' }),
     );
     const a = agentOf(state, 'ag_a');
     expect([...a.inbox.keys()]).toEqual(['msg_1', 'msg_2', 'msg_3']);
-    expect(a.inbox.get('msg_1')).toEqual({ message_id: 'msg_1', from: ROOT, kind: 'message', content: 'hello', ts: 3_000 });
+    expect(a.inbox.get('msg_1')).toEqual({
+      message_id: 'msg_1',
+      from: ROOT,
+      kind: 'message',
+      content: 'hello',
+      ts: 3_000,
+    });
     expect(a.inbox.get('msg_2')).toEqual({ message_id: 'msg_2', from: USER, kind: 'user', content: 'hé😀', ts: 3_001 });
-    expect(a.inbox.get('msg_3')).toEqual({ message_id: 'msg_3', from: BEIDOU, kind: 'system', content: 'ping', ts: 3_002 });
+    expect(a.inbox.get('msg_3')).toEqual({
+      message_id: 'msg_3',
+      from: BEIDOU,
+      kind: 'system',
+      content: 'ping',
+      ts: 3_002,
+    });
     // 'hello' 5 + 'hé😀' 4 (the emoji is a surrogate pair) + 'ping' 4.
     expect(a.inbox_chars).toBe(13);
 
@@ -390,7 +463,10 @@ describe('inbox', () => {
 
   it('inbox.posted keeps the kind it was posted with', () => {
     const { log, state } = withChild();
-    reduce(state, log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'report', message_id: 'msg_r' }));
+    reduce(
+      state,
+      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'report', message_id: 'msg_r' }),
+    );
     expect(agentOf(state, ROOT).inbox.get('msg_r')).toMatchObject({ from: 'ag_a', kind: 'review_report' });
     expect(agentOf(state, 'ag_a').sent_count).toBe(0);
   });
@@ -400,9 +476,21 @@ describe('inbox', () => {
     apply(
       state,
       log.ev('send_message', { caller_id: 'ag_a', to: ROOT, content: 'hi', message_id: 'msg_1' }),
-      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'first report', message_id: 'msg_r1' }),
+      log.ev('inbox.posted', {
+        to: ROOT,
+        from: 'ag_a',
+        kind: 'review_report',
+        content: 'first report',
+        message_id: 'msg_r1',
+      }),
       log.ev('inbox.withdrawn', { to: ROOT, from: 'ag_a', message_id: 'msg_r1', reason: 'replaced' }),
-      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'second', message_id: 'msg_r2' }),
+      log.ev('inbox.posted', {
+        to: ROOT,
+        from: 'ag_a',
+        kind: 'review_report',
+        content: 'second',
+        message_id: 'msg_r2',
+      }),
     );
     const root = agentOf(state, ROOT);
     expect([...root.inbox.keys()]).toEqual(['msg_1', 'msg_r2']);
@@ -434,7 +522,11 @@ describe('inbox', () => {
     const a = agentOf(state, 'ag_a');
     expect(a.inbox.size).toBe(2);
     expect(a.inbox_chars).toBe('short'.length + 'pong!'.length);
-    apply(state, log.ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'short')), log.ev('agent_input', agentInput('ag_a', 'msg_2', BEIDOU, 'pong!')));
+    apply(
+      state,
+      log.ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'short')),
+      log.ev('agent_input', agentInput('ag_a', 'msg_2', BEIDOU, 'pong!')),
+    );
     expect(a.inbox_chars).toBe(0);
   });
 
@@ -503,7 +595,11 @@ describe('inbox', () => {
     expect(a.delivered_count).toBe(1);
     expect(a).toMatchObject({ nudges: 2, started: false, last_activity_at: 1_500 });
 
-    apply(state, log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'x', message_id: 'msg_m' }), log.at(4_200).ev('agent_input', agentInput('ag_a', 'msg_m', ROOT, 'x')));
+    apply(
+      state,
+      log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'x', message_id: 'msg_m' }),
+      log.at(4_200).ev('agent_input', agentInput('ag_a', 'msg_m', ROOT, 'x')),
+    );
     a = agentOf(state, 'ag_a');
     expect(a).toMatchObject({ nudges: 0, started: true, last_activity_at: 4_200, delivered_count: 2 });
   });
@@ -575,7 +671,14 @@ describe('plans', () => {
   it('plan_declared records the plan with its tasks ready or blocked, on the task and its owner', () => {
     const { state, declared } = withPlan();
     const plan = state.plans.get('pl_1');
-    expect(plan).toMatchObject({ plan_id: 'pl_1', task_id: TASK, owner_agent_id: ROOT, plan_path: '/ws/plan.md', created_at: 5_000, removed_at: null });
+    expect(plan).toMatchObject({
+      plan_id: 'pl_1',
+      task_id: TASK,
+      owner_agent_id: ROOT,
+      plan_path: '/ws/plan.md',
+      created_at: 5_000,
+      removed_at: null,
+    });
     expect([...plan!.tasks.keys()]).toEqual(['a', 'b', 'c']);
     expect(plan!.tasks.get('a')).toEqual({ ...planTask('a', 'ready'), agent_id: null });
     expect(plan!.tasks.get('b')).toEqual({ ...planTask('b', 'blocked', ['a']), agent_id: null });
@@ -637,8 +740,20 @@ describe('plans', () => {
 
     apply(
       state,
-      log.ev('plan_declared', { plan_id: 'pl_2', owner_agent_id: ROOT, team_id: null, plan_path: '/ws/p2.md', tasks: [planTask('x', 'ready')] }),
-      log.ev('plan_declared', { plan_id: 'pl_3', owner_agent_id: ROOT, team_id: null, plan_path: '/ws/p3.md', tasks: [planTask('y', 'ready')] }),
+      log.ev('plan_declared', {
+        plan_id: 'pl_2',
+        owner_agent_id: ROOT,
+        team_id: null,
+        plan_path: '/ws/p2.md',
+        tasks: [planTask('x', 'ready')],
+      }),
+      log.ev('plan_declared', {
+        plan_id: 'pl_3',
+        owner_agent_id: ROOT,
+        team_id: null,
+        plan_path: '/ws/p3.md',
+        tasks: [planTask('y', 'ready')],
+      }),
       log.at(5_600).ev('plan_removed', { plan_id: 'pl_2', owner_agent_id: ROOT }),
     );
     expect(state.plans.get('pl_2')!.removed_at).toBe(5_600);
@@ -650,7 +765,11 @@ describe('plans', () => {
 describe('questions', () => {
   function withChain() {
     const { log, state } = boot();
-    apply(state, log.ev('agent_spawned', agentSpawned('ag_a')), log.ev('agent_spawned', agentSpawned('ag_b', { leader_id: 'ag_a' })));
+    apply(
+      state,
+      log.ev('agent_spawned', agentSpawned('ag_a')),
+      log.ev('agent_spawned', agentSpawned('ag_b', { leader_id: 'ag_a' })),
+    );
     return { log, state };
   }
 
@@ -681,8 +800,17 @@ describe('questions', () => {
 
   it('question_asked with a null holder is at the user gateway', () => {
     const { log, state } = withChain();
-    reduce(state, log.ev('question_asked', questionAsked('q_s', BEIDOU, null, { origin: 'root_review', subject_agent_id: ROOT })));
-    expect(state.questions.get('q_s')).toMatchObject({ chain: [USER], asker: BEIDOU, origin: 'root_review', subject_agent_id: ROOT, status: 'pending' });
+    reduce(
+      state,
+      log.ev('question_asked', questionAsked('q_s', BEIDOU, null, { origin: 'root_review', subject_agent_id: ROOT })),
+    );
+    expect(state.questions.get('q_s')).toMatchObject({
+      chain: [USER],
+      asker: BEIDOU,
+      origin: 'root_review',
+      subject_agent_id: ROOT,
+      status: 'pending',
+    });
     expect(state.questions.get('q_s')!.audit).toEqual([expect.objectContaining({ by: BEIDOU, action: 'asked' })]);
   });
 
@@ -712,10 +840,26 @@ describe('questions', () => {
     apply(
       state,
       log.ev('question_asked', questionAsked('q_1', 'ag_b', 'ag_a')),
-      log.at(6_300).ev('question_answered', { qid: 'q_1', asker: 'ag_b', chain_len: 1, answers, answer_text: 'Yes', by: 'ag_a', reason: 'obvious' }),
+      log
+        .at(6_300)
+        .ev('question_answered', {
+          qid: 'q_1',
+          asker: 'ag_b',
+          chain_len: 1,
+          answers,
+          answer_text: 'Yes',
+          by: 'ag_a',
+          reason: 'obvious',
+        }),
     );
     const q = state.questions.get('q_1')!;
-    expect(q).toMatchObject({ status: 'answered', answers, answer_text: 'Yes', answered_by: 'ag_a', answered_at: 6_300 });
+    expect(q).toMatchObject({
+      status: 'answered',
+      answers,
+      answer_text: 'Yes',
+      answered_by: 'ag_a',
+      answered_at: 6_300,
+    });
     expect(q.audit.at(-1)).toEqual({ by: 'ag_a', action: 'answered', reason: 'obvious', ts: 6_300 });
     expect(agentOf(state, 'ag_a').last_activity_at).toBe(6_300);
   });
@@ -725,17 +869,42 @@ describe('questions', () => {
     apply(
       state,
       log.ev('question_asked', questionAsked('q_1', ROOT, null)),
-      log.at(6_400).ev('question_answered', { qid: 'q_1', asker: ROOT, chain_len: 1, answers: [{ selected_labels: [], selected_values: [], text: 'free' }], answer_text: 'free', by: USER, reason: null }),
+      log
+        .at(6_400)
+        .ev('question_answered', {
+          qid: 'q_1',
+          asker: ROOT,
+          chain_len: 1,
+          answers: [{ selected_labels: [], selected_values: [], text: 'free' }],
+          answer_text: 'free',
+          by: USER,
+          reason: null,
+        }),
     );
-    expect(state.questions.get('q_1')).toMatchObject({ status: 'answered', answered_by: USER, answer_text: 'free', answered_at: 6_400 });
+    expect(state.questions.get('q_1')).toMatchObject({
+      status: 'answered',
+      answered_by: USER,
+      answer_text: 'free',
+      answered_at: 6_400,
+    });
     expect(state.questions.get('q_1')!.audit.map((a) => a.action)).toEqual(['asked', 'answered']);
   });
 
   it('question_declined settles the question as declined by the user, with no answers', () => {
     const { log, state } = withChain();
-    apply(state, log.ev('question_asked', questionAsked('q_2', 'ag_a', null)), log.at(6_500).ev('question_declined', { qid: 'q_2', asker: 'ag_a', reason: 'later' }));
+    apply(
+      state,
+      log.ev('question_asked', questionAsked('q_2', 'ag_a', null)),
+      log.at(6_500).ev('question_declined', { qid: 'q_2', asker: 'ag_a', reason: 'later' }),
+    );
     const q = state.questions.get('q_2')!;
-    expect(q).toMatchObject({ status: 'declined', answered_by: USER, answered_at: 6_500, answers: null, answer_text: null });
+    expect(q).toMatchObject({
+      status: 'declined',
+      answered_by: USER,
+      answered_at: 6_500,
+      answers: null,
+      answer_text: null,
+    });
     expect(q.audit.at(-1)).toEqual({ by: USER, action: 'declined', reason: 'later', ts: 6_500 });
   });
 
@@ -744,7 +913,15 @@ describe('questions', () => {
     apply(
       state,
       log.ev('question_escalated', { qid: 'q_x', by: 'ag_a', new_holder: null, reason: 'r' }),
-      log.ev('question_answered', { qid: 'q_x', asker: 'ag_a', chain_len: 1, answers: [], answer_text: '', by: USER, reason: null }),
+      log.ev('question_answered', {
+        qid: 'q_x',
+        asker: 'ag_a',
+        chain_len: 1,
+        answers: [],
+        answer_text: '',
+        by: USER,
+        reason: null,
+      }),
       log.ev('question_declined', { qid: 'q_x', asker: 'ag_a', reason: 'r' }),
     );
     expect(state.questions.size).toBe(0);
@@ -771,17 +948,31 @@ describe('reviews and the watchdog', () => {
     reduce(state, log.at(7_050).ev('status', { agent_id: 'ag_a', state: 'working', detail: 'still here' }));
     expect(a.review).toMatchObject({ detail: 'done with X', since: 7_000 });
 
-    reduce(state, log.at(7_300).ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 1, pending: 'review' }));
+    reduce(
+      state,
+      log.at(7_300).ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 1, pending: 'review' }),
+    );
     expect(a.review).toMatchObject({ pings: 1, last_ping_at: 7_300 });
     // A re-ping for the other kind of handoff finds nothing pending.
-    reduce(state, log.at(7_350).ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 9, pending: 'termination' }));
+    reduce(
+      state,
+      log
+        .at(7_350)
+        .ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 9, pending: 'termination' }),
+    );
     expect(a.review).toMatchObject({ pings: 1, last_ping_at: 7_300 });
     expect(a.termination_request).toBeNull();
-    reduce(state, log.at(7_600).ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 2, pending: 'review' }));
+    reduce(
+      state,
+      log.at(7_600).ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 2, pending: 'review' }),
+    );
     expect(a.review).toEqual({ detail: 'done with X', since: 7_000, pings: 2, last_ping_at: 7_600, escalated: false });
     expect(a.termination_request).toBeNull();
 
-    reduce(state, log.ev('review.escalated_to_user', { agent_id: 'ag_a', leader_id: ROOT, pending: 'review', qid: 'q_esc' }));
+    reduce(
+      state,
+      log.ev('review.escalated_to_user', { agent_id: 'ag_a', leader_id: ROOT, pending: 'review', qid: 'q_esc' }),
+    );
     expect(a.review!.escalated).toBe(true);
 
     reduce(state, log.ev('review.acknowledged', { agent_id: 'ag_a', by: ROOT }));
@@ -790,12 +981,26 @@ describe('reviews and the watchdog', () => {
 
   it('status termination_requested opens a termination request, counted and cleared the same way', () => {
     const { log, state } = withChild();
-    reduce(state, log.at(7_000).ev('status', { agent_id: 'ag_a', state: 'termination_requested', detail: 'nothing left' }));
+    reduce(
+      state,
+      log.at(7_000).ev('status', { agent_id: 'ag_a', state: 'termination_requested', detail: 'nothing left' }),
+    );
     const a = agentOf(state, 'ag_a');
-    expect(a.termination_request).toEqual({ detail: 'nothing left', since: 7_000, pings: 0, last_ping_at: 7_000, escalated: false });
+    expect(a.termination_request).toEqual({
+      detail: 'nothing left',
+      since: 7_000,
+      pings: 0,
+      last_ping_at: 7_000,
+      escalated: false,
+    });
     expect(a.review).toBeNull();
 
-    reduce(state, log.at(7_400).ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 3, pending: 'termination' }));
+    reduce(
+      state,
+      log
+        .at(7_400)
+        .ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 3, pending: 'termination' }),
+    );
     expect(a.termination_request).toMatchObject({ pings: 3, last_ping_at: 7_400, since: 7_000 });
 
     reduce(state, log.ev('review.acknowledged', { agent_id: 'ag_a', by: USER }));
@@ -827,7 +1032,12 @@ describe('reviews and the watchdog', () => {
     const a = agentOf(state, 'ag_a');
     expect(a).toMatchObject({ nudges: 2, last_nudge_at: 8_100, nudge_escalated: true, last_activity_at: 1_500 });
 
-    reduce(state, log.at(8_200).ev('tool_called', { caller_id: 'ag_a', message_id: null, tool_use_id: 'tu_1', name: 'Read', input: {} }));
+    reduce(
+      state,
+      log
+        .at(8_200)
+        .ev('tool_called', { caller_id: 'ag_a', message_id: null, tool_use_id: 'tu_1', name: 'Read', input: {} }),
+    );
     expect(a).toMatchObject({ nudges: 0, nudge_escalated: false, last_activity_at: 8_200, last_nudge_at: 8_100 });
   });
 });
@@ -838,7 +1048,14 @@ describe('agent lifecycle', () => {
     apply(
       state,
       log.at(1_500).ev('agent_spawned', agentSpawned('ag_a')),
-      log.ev('launch.requested', { agent_id: 'ag_a', prompt: 'p', first_message: 'f', model: null, workspace_path: '/ws/ag_a', project_workspace_path: '/ws' }),
+      log.ev('launch.requested', {
+        agent_id: 'ag_a',
+        prompt: 'p',
+        first_message: 'f',
+        model: null,
+        workspace_path: '/ws/ag_a',
+        project_workspace_path: '/ws',
+      }),
     );
     return { log, state };
   }
@@ -850,7 +1067,14 @@ describe('agent lifecycle', () => {
     expect(a).toMatchObject({ spawner_id: 'sp_1', running: false, started: false });
 
     reduce(state, log.at(9_000).ev('agent_started', agentStarted('ag_a', 'sp_1', 'sess-1', false)));
-    expect(a).toMatchObject({ running: true, started: true, session_id: 'sess-1', spawner_id: 'sp_1', parked: false, last_activity_at: 9_000 });
+    expect(a).toMatchObject({
+      running: true,
+      started: true,
+      session_id: 'sess-1',
+      spawner_id: 'sp_1',
+      parked: false,
+      last_activity_at: 9_000,
+    });
 
     reduce(state, log.ev('agent_completed', { agent_id: 'ag_a', terminated: false, stop_reason: 'end_turn' }));
     expect(a.running).toBe(false);
@@ -866,7 +1090,11 @@ describe('agent lifecycle', () => {
 
   it('agent_completed as terminated drops launch and spawner', () => {
     const { log, state } = launched();
-    apply(state, log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's', false)), log.ev('agent_completed', { agent_id: 'ag_a', terminated: true, stop_reason: 'end_turn' }));
+    apply(
+      state,
+      log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's', false)),
+      log.ev('agent_completed', { agent_id: 'ag_a', terminated: true, stop_reason: 'end_turn' }),
+    );
     expect(agentOf(state, 'ag_a')).toMatchObject({ running: false, launch: null, spawner_id: null, parked: false });
   });
 
@@ -875,7 +1103,13 @@ describe('agent lifecycle', () => {
     apply(
       state,
       log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's', false)),
-      log.ev('tool_called', { caller_id: 'ag_a', message_id: 'm1', tool_use_id: 'tu_1', name: 'Bash', input: { cmd: 'ls' } }),
+      log.ev('tool_called', {
+        caller_id: 'ag_a',
+        message_id: 'm1',
+        tool_use_id: 'tu_1',
+        name: 'Bash',
+        input: { cmd: 'ls' },
+      }),
       log.ev('agent_completed', { agent_id: 'ag_a', terminated: false, stop_reason: 'crash_escalated' }),
     );
     const a = agentOf(state, 'ag_a');
@@ -936,11 +1170,22 @@ describe('agent lifecycle', () => {
     const { log, state } = launched();
     const a = agentOf(state, 'ag_a');
     expect(a).toMatchObject({ crash_strikes: 0, contract_strikes: 0 });
-    const crash = (strike_count: number) => log.ev('agent_crashed', { caller_id: 'ag_a', exception: 'ProcessExit', msg: 'exited with code 1', strike_count, stderr: '' });
+    const crash = (strike_count: number) =>
+      log.ev('agent_crashed', {
+        caller_id: 'ag_a',
+        exception: 'ProcessExit',
+        msg: 'exited with code 1',
+        strike_count,
+        stderr: '',
+      });
     apply(state, log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's-1', false)), crash(1));
     expect(a).toMatchObject({ crash_strikes: 1, session_id: 's-1' });
     // Another spawner takes over: the count is the agent's, not sp_1's.
-    apply(state, log.ev('spawner.lost', { spawner_id: 'sp_1', agent_ids: ['ag_a'] }), log.ev('agent_started', agentStarted('ag_a', 'sp_2', 's-1', true)));
+    apply(
+      state,
+      log.ev('spawner.lost', { spawner_id: 'sp_1', agent_ids: ['ag_a'] }),
+      log.ev('agent_started', agentStarted('ag_a', 'sp_2', 's-1', true)),
+    );
     expect(a.crash_strikes).toBe(1);
     // The second strike forgets the session: the next start, wherever it happens, is afresh.
     reduce(state, crash(2));
@@ -952,7 +1197,13 @@ describe('agent lifecycle', () => {
     reduce(state, log.ev('strikes.reset', { agent_id: 'ag_a' }));
     expect(a).toMatchObject({ crash_strikes: 0, contract_strikes: 0 });
     // Strike 3 escalates: the agent is parked and a later relaunch counts from zero again.
-    apply(state, crash(1), crash(2), crash(3), log.ev('agent_completed', { agent_id: 'ag_a', terminated: false, stop_reason: 'crash_escalated' }));
+    apply(
+      state,
+      crash(1),
+      crash(2),
+      crash(3),
+      log.ev('agent_completed', { agent_id: 'ag_a', terminated: false, stop_reason: 'crash_escalated' }),
+    );
     expect(a).toMatchObject({ parked: true, crash_strikes: 0, contract_strikes: 0 });
   });
 
@@ -986,13 +1237,22 @@ describe('agent lifecycle', () => {
   it('terminate.consumed without a prior post still marks it posted', () => {
     const { log, state } = launched();
     reduce(state, log.at(9_700).ev('terminate.consumed', { agent_id: 'ag_a', via: 'server' }));
-    expect(agentOf(state, 'ag_a')).toMatchObject({ terminate_posted: true, terminate_consumed: true, terminated_at: 9_700 });
+    expect(agentOf(state, 'ag_a')).toMatchObject({
+      terminate_posted: true,
+      terminate_consumed: true,
+      terminated_at: 9_700,
+    });
   });
 
   it('task_ended records the terminal status, and is ignored for an unknown task', () => {
     const { log, state } = launched();
     reduce(state, log.at(9_900).ev('task_ended', { status: 'failed', reason: 'root crashed' }));
-    expect(taskOf(state)).toMatchObject({ status: 'failed', ended_at: 9_900, end_reason: 'root crashed', last_event_at: 9_900 });
+    expect(taskOf(state)).toMatchObject({
+      status: 'failed',
+      ended_at: 9_900,
+      end_reason: 'root crashed',
+      last_event_at: 9_900,
+    });
 
     reduce(state, new FakeLog('tsk_ghost').ev('task_ended', { status: 'done', reason: 'r' }));
     expect(state.tasks.has('tsk_ghost')).toBe(false);
@@ -1004,12 +1264,42 @@ describe('agent lifecycle', () => {
     apply(
       state,
       log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's1', false)),
-      log.ev('turn.usage', { caller_id: 'ag_a', message_id: 'm1', model: null, stop_reason: null, input_tokens: 100, output_tokens: 20, cache_creation_input_tokens: 5, cache_read_input_tokens: 7 }),
-      log.ev('turn.usage', { caller_id: 'ag_a', message_id: 'm2', model: null, stop_reason: 'end_turn', input_tokens: 10, output_tokens: 1 }),
+      log.ev('turn.usage', {
+        caller_id: 'ag_a',
+        message_id: 'm1',
+        model: null,
+        stop_reason: null,
+        input_tokens: 100,
+        output_tokens: 20,
+        cache_creation_input_tokens: 5,
+        cache_read_input_tokens: 7,
+      }),
+      log.ev('turn.usage', {
+        caller_id: 'ag_a',
+        message_id: 'm2',
+        model: null,
+        stop_reason: 'end_turn',
+        input_tokens: 10,
+        output_tokens: 1,
+      }),
       log.ev('tool_called', { caller_id: 'ag_a', message_id: 'm2', tool_use_id: 'tu_1', name: 'Read', input: {} }),
       log.ev('tool_called', { caller_id: 'ag_a', message_id: 'm2', tool_use_id: 'tu_2', name: 'Read', input: {} }),
-      log.ev('tool_result', { caller_id: 'ag_a', tool_use_id: 'tu_1', duration_ms: 3, is_error: false, error_reason: null }),
-      log.ev('run.cost', { agent_id: 'ag_a', total_cost_usd: 0.5, duration_ms: 1, duration_api_ms: 1, num_turns: 2, usage: {}, model_usage: {} }),
+      log.ev('tool_result', {
+        caller_id: 'ag_a',
+        tool_use_id: 'tu_1',
+        duration_ms: 3,
+        is_error: false,
+        error_reason: null,
+      }),
+      log.ev('run.cost', {
+        agent_id: 'ag_a',
+        total_cost_usd: 0.5,
+        duration_ms: 1,
+        duration_api_ms: 1,
+        num_turns: 2,
+        usage: {},
+        model_usage: {},
+      }),
     );
     const a = agentOf(state, 'ag_a');
     expect(a.stats).toEqual({ input_tokens: 122, output_tokens: 21, cost_usd: 0.5, tool_calls: 2, llm_calls: 2 });
@@ -1019,7 +1309,15 @@ describe('agent lifecycle', () => {
     apply(
       state,
       log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's2', false)),
-      log.ev('run.cost', { agent_id: 'ag_a', total_cost_usd: 0.25, duration_ms: 1, duration_api_ms: 1, num_turns: 1, usage: {}, model_usage: {} }),
+      log.ev('run.cost', {
+        agent_id: 'ag_a',
+        total_cost_usd: 0.25,
+        duration_ms: 1,
+        duration_api_ms: 1,
+        num_turns: 1,
+        usage: {},
+        model_usage: {},
+      }),
     );
     expect(a.cost_base).toBe(0.5);
     expect(a.stats.cost_usd).toBe(0.75);
@@ -1029,7 +1327,15 @@ describe('agent lifecycle', () => {
     apply(
       state,
       log.ev('agent_started', agentStarted('ag_a', 'sp_1', 's2', true)),
-      log.ev('run.cost', { agent_id: 'ag_a', total_cost_usd: 0.375, duration_ms: 1, duration_api_ms: 1, num_turns: 2, usage: {}, model_usage: {} }),
+      log.ev('run.cost', {
+        agent_id: 'ag_a',
+        total_cost_usd: 0.375,
+        duration_ms: 1,
+        duration_api_ms: 1,
+        num_turns: 2,
+        usage: {},
+        model_usage: {},
+      }),
     );
     expect(a.cost_base).toBe(0.5);
     expect(a.stats.cost_usd).toBe(0.875);
@@ -1042,21 +1348,48 @@ describe('replay', () => {
     return [
       log.ev('task_created', taskCreated()),
       log.ev('agent_spawned', agentSpawned(ROOT, { leader_id: USER })),
-      log.ev('launch.requested', { agent_id: ROOT, prompt: 'p', first_message: 'f', model: null, workspace_path: '/ws/r', project_workspace_path: '/ws' }),
+      log.ev('launch.requested', {
+        agent_id: ROOT,
+        prompt: 'p',
+        first_message: 'f',
+        model: null,
+        workspace_path: '/ws/r',
+        project_workspace_path: '/ws',
+      }),
       log.ev('launch.assigned', { agent_id: ROOT, spawner_id: 'sp_1', resume: false, session_id: null }),
       log.ev('agent_started', agentStarted(ROOT, 'sp_1', 'sess-r', false)),
       log.ev('team_created', teamCreated('tm_1', ROOT)),
       log.ev('agent_spawned', agentSpawned('ag_a', { team_id: 'tm_1' })),
-      log.ev('plan_declared', { plan_id: 'pl_1', owner_agent_id: ROOT, team_id: null, plan_path: '/ws/p.md', tasks: [planTask('a', 'ready'), planTask('b', 'blocked', ['a'])] }),
+      log.ev('plan_declared', {
+        plan_id: 'pl_1',
+        owner_agent_id: ROOT,
+        team_id: null,
+        plan_path: '/ws/p.md',
+        tasks: [planTask('a', 'ready'), planTask('b', 'blocked', ['a'])],
+      }),
       log.ev('task_spawned', { plan_id: 'pl_1', plan_task_id: 'a', team_id: 'tm_1', agent_id: 'ag_a' }),
       log.ev('send_message', { caller_id: ROOT, to: 'ag_a', content: 'start', message_id: 'msg_1' }),
       log.ev('inbox.posted', { to: 'ag_a', from: BEIDOU, kind: 'system', content: 'note', message_id: 'msg_2' }),
       log.ev('agent_input', agentInput('ag_a', 'msg_1', ROOT, 'start')),
-      log.ev('inbox.posted', { to: ROOT, from: 'ag_a', kind: 'review_report', content: 'old report', message_id: 'msg_r' }),
+      log.ev('inbox.posted', {
+        to: ROOT,
+        from: 'ag_a',
+        kind: 'review_report',
+        content: 'old report',
+        message_id: 'msg_r',
+      }),
       log.ev('inbox.withdrawn', { to: ROOT, from: 'ag_a', message_id: 'msg_r', reason: 'replaced' }),
       log.ev('question_asked', questionAsked('q_1', 'ag_a', ROOT)),
       log.ev('question_escalated', { qid: 'q_1', by: ROOT, new_holder: null, reason: 'user knows' }),
-      log.ev('question_answered', { qid: 'q_1', asker: 'ag_a', chain_len: 2, answers: [{ selected_labels: ['Yes'], selected_values: ['Yes'], text: null }], answer_text: 'Yes', by: USER, reason: null }),
+      log.ev('question_answered', {
+        qid: 'q_1',
+        asker: 'ag_a',
+        chain_len: 2,
+        answers: [{ selected_labels: ['Yes'], selected_values: ['Yes'], text: null }],
+        answer_text: 'Yes',
+        by: USER,
+        reason: null,
+      }),
       log.ev('status', { agent_id: 'ag_a', state: 'review_pending', detail: 'done' }),
       log.ev('completion.reping', { agent_id: 'ag_a', leader_id: ROOT, ping_count: 1, pending: 'review' }),
       log.ev('liveness.nudge', { agent_id: ROOT, nudge_count: 1, idle_s: 120 }),
@@ -1077,7 +1410,11 @@ describe('replay', () => {
 
     // The states are the fold of the whole log, not trivially empty.
     expect(first.agents.size).toBe(2);
-    expect(taskOf(first)).toMatchObject({ status: 'done', event_count: events.length, last_event_at: events.at(-1)!.ts });
+    expect(taskOf(first)).toMatchObject({
+      status: 'done',
+      event_count: events.length,
+      last_event_at: events.at(-1)!.ts,
+    });
     expect(first.questions.get('q_1')!.chain).toEqual([ROOT, USER]);
     expect(agentOf(first, 'ag_a')).toMatchObject({ terminate_consumed: true, delivered_count: 1, inbox_chars: 4 });
   });

@@ -40,7 +40,10 @@ describe('schemas/', () => {
 
   it('requires the envelope on every event', () => {
     for (const name of EVENT_NAMES) {
-      const schema = JSON.parse(files.get(`events/${name}.json`)!) as { required?: string[]; properties?: { event?: unknown } };
+      const schema = JSON.parse(files.get(`events/${name}.json`)!) as {
+        required?: string[];
+        properties?: { event?: unknown };
+      };
       expect(schema.required, name).toEqual(expect.arrayContaining(['seq', 'ts', 'event', 'task_id']));
       expect(schema.properties?.event, name).toMatchObject({ const: name });
     }

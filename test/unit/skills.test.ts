@@ -14,11 +14,64 @@ const YAML = createRequire(import.meta.url)('yaml') as typeof import('yaml');
 /** Front matter lines built from pieces YAML gives meanings to: indicators, comments, quotes, typed words, odd spaces. */
 const trickyLine = fc
   .tuple(
-    fc.constantFrom('name', 'description', 'version', 'model', 'allowed-tools', 'true', 'null', 'a_b', ' indented', '- item', '#c', '<<'),
+    fc.constantFrom(
+      'name',
+      'description',
+      'version',
+      'model',
+      'allowed-tools',
+      'true',
+      'null',
+      'a_b',
+      ' indented',
+      '- item',
+      '#c',
+      '<<',
+    ),
     fc.constantFrom(': ', ':', ':  ', ' : '),
     fc.oneof(
-      fc.constantFrom('worker', '1', '01', '1.0', '-1', '0x1f', '.inf', 'NaN', 'true', 'No', '~', 'null', '', ' ', 'a: b', 'a:b', 'a #c', 'a#c', "it's", '"q"', "'q'"),
-      fc.constantFrom('[Read, Grep]', '[]', '[ a , b ]', '[a,]', '[a, [b]]', '[true, x]', '[1, x]', '[a] # c', '{a: b}', '&x a', '*x', '!t a', '|', '> a', '%x', '@x', '`x'),
+      fc.constantFrom(
+        'worker',
+        '1',
+        '01',
+        '1.0',
+        '-1',
+        '0x1f',
+        '.inf',
+        'NaN',
+        'true',
+        'No',
+        '~',
+        'null',
+        '',
+        ' ',
+        'a: b',
+        'a:b',
+        'a #c',
+        'a#c',
+        "it's",
+        '"q"',
+        "'q'",
+      ),
+      fc.constantFrom(
+        '[Read, Grep]',
+        '[]',
+        '[ a , b ]',
+        '[a,]',
+        '[a, [b]]',
+        '[true, x]',
+        '[1, x]',
+        '[a] # c',
+        '{a: b}',
+        '&x a',
+        '*x',
+        '!t a',
+        '|',
+        '> a',
+        '%x',
+        '@x',
+        '`x',
+      ),
       fc.stringMatching(/^[a-z ,.;:#'"\[\]{}!&*|>%@`?\-\t\u00a0\u2028é]{0,12}$/),
     ),
     fc.constantFrom('', ' ', '  ', '\r', '\t', '\u00a0'),
@@ -62,7 +115,11 @@ describe('skills', () => {
     const bundled = path.join(dir, 'bundled');
     const mine = path.join(dir, 'mine');
     writeSkill(bundled, 'worker', '---\nname: worker\ndescription: bundled\n---\nBundled body.');
-    writeSkill(mine, 'worker', '---\nname: worker\ndescription: mine\nmodel: small\nallowed-tools: Read, Grep\n---\nMy body for {role}.');
+    writeSkill(
+      mine,
+      'worker',
+      '---\nname: worker\ndescription: mine\nmodel: small\nallowed-tools: Read, Grep\n---\nMy body for {role}.',
+    );
     writeSkill(mine, 'nofront', 'Just a body.');
     writeSkill(mine, 'bad-yaml', '---\nname: [unclosed\n---\nBody.');
     writeSkill(mine, 'no-desc', '---\nname: no-desc\n---\nBody.');
@@ -92,17 +149,29 @@ describe('skills', () => {
 
   it('reads front matter written with CRLF line endings, a BOM or a yaml tag, and refuses another language', () => {
     dir = tempHome();
-    writeSkill(dir, 'crlf', '\ufeff---yaml\r\nname: crlf\r\ndescription: written on Windows\r\nallowed-tools: [Read]\r\n---\r\nThe body.\r\n');
+    writeSkill(
+      dir,
+      'crlf',
+      '\ufeff---yaml\r\nname: crlf\r\ndescription: written on Windows\r\nallowed-tools: [Read]\r\n---\r\nThe body.\r\n',
+    );
     writeSkill(dir, 'json', '---json\n{"name": "json", "description": "d"}\n---\nBody.');
     writeSkill(dir, 'unclosed', '---\nname: unclosed\ndescription: d\n');
     const catalog = new SkillCatalog([dir]);
-    expect(catalog.load('crlf')).toMatchObject({ name: 'crlf', description: 'written on Windows', allowedTools: ['Read'], body: 'The body.' });
+    expect(catalog.load('crlf')).toMatchObject({
+      name: 'crlf',
+      description: 'written on Windows',
+      allowedTools: ['Read'],
+      body: 'The body.',
+    });
     expect(() => catalog.load('json')).toThrow(/not valid YAML: the front matter is marked "json"/);
     // No closing line: all of it is front matter, and the body is empty.
     expect(() => catalog.load('unclosed')).toThrow(/body .* is empty/);
     expect(splitFrontMatter('----\nname: x\n---\nb')).toBeNull();
     expect(splitFrontMatter('  ---\nname: x\n---\nb')).toBeNull();
-    expect(splitFrontMatter('---\nname: x\n---\n\nbody\n---\nmore')).toEqual({ matter: '\nname: x', body: '\nbody\n---\nmore' });
+    expect(splitFrontMatter('---\nname: x\n---\n\nbody\n---\nmore')).toEqual({
+      matter: '\nname: x',
+      body: '\nbody\n---\nmore',
+    });
   });
 
   it('reads simple front matter without the YAML parser exactly as the YAML parser reads it', () => {
@@ -113,13 +182,23 @@ describe('skills', () => {
     }
     let simple = 0;
     fc.assert(
-      fc.property(fc.array(fc.oneof({ arbitrary: plainLine, weight: 4 }, { arbitrary: trickyLine, weight: 2 }, { arbitrary: fc.constantFrom('', ' ', '\t', '# comment', '---', '...'), weight: 1 }), { minLength: 1, maxLength: 5 }), (lines) => {
-        const matter = `\n${lines.join('\n')}`;
-        const read = readSimple(matter);
-        if (read === null) return;
-        simple++;
-        expect(read).toEqual(YAML.parse(matter) ?? {});
-      }),
+      fc.property(
+        fc.array(
+          fc.oneof(
+            { arbitrary: plainLine, weight: 4 },
+            { arbitrary: trickyLine, weight: 2 },
+            { arbitrary: fc.constantFrom('', ' ', '\t', '# comment', '---', '...'), weight: 1 },
+          ),
+          { minLength: 1, maxLength: 5 },
+        ),
+        (lines) => {
+          const matter = `\n${lines.join('\n')}`;
+          const read = readSimple(matter);
+          if (read === null) return;
+          simple++;
+          expect(read).toEqual(YAML.parse(matter) ?? {});
+        },
+      ),
       { numRuns: 3000 },
     );
     // The generator reaches the short way often enough for the comparison to mean something.
@@ -140,7 +219,12 @@ describe('skills', () => {
     });
     expect(prompt).not.toMatch(/\{(role|role_description|team_name|workspace_path|project_workspace_path)\}/);
     expect(prompt).toContain('You are writer, a member of the team "team-root". Your scope: writes the report');
-    const order = ['You are writer', '## Identity', '## Persistent-agent contract', '## Completion-handoff contract'].map((s) => prompt.indexOf(s));
+    const order = [
+      'You are writer',
+      '## Identity',
+      '## Persistent-agent contract',
+      '## Completion-handoff contract',
+    ].map((s) => prompt.indexOf(s));
     expect(order).toEqual([...order].sort((a, b) => a - b));
     expect(order.every((i) => i >= 0)).toBe(true);
     expect(firstMessage('do it', { plan_task_id: 't1', artifacts_path: '/w/artifacts/t1' })).toBe(

@@ -43,19 +43,27 @@ describe('a silent command stream', { timeout: 60_000 }, () => {
     writeFileSync(scriptFile, JSON.stringify({}));
     const token = (await api('POST', '/spawner-tokens', {})).token as string;
     spawner = spawnSpawner(server.url, token, scriptFile);
-    const connected = async () => ((await api('GET', '/spawners')).spawners as Array<{ connected: boolean }>).some((s) => s.connected);
+    const connected = async () =>
+      ((await api('GET', '/spawners')).spawners as Array<{ connected: boolean }>).some((s) => s.connected);
     await until('the spawner connected', async () => ((await connected()) ? true : undefined), 20_000);
     // Its heartbeats (every second once it has read the hello, which sets the interval) reach the server.
-    const beat = async () => ((await api('GET', '/spawners')).spawners as Array<{ last_heartbeat_at: number }>)[0]?.last_heartbeat_at ?? 0;
+    const beat = async () =>
+      ((await api('GET', '/spawners')).spawners as Array<{ last_heartbeat_at: number }>)[0]?.last_heartbeat_at ?? 0;
     const first = await until('a heartbeat', async () => ((await beat()) > 0 ? beat() : undefined), 20_000);
     await until('a later heartbeat', async () => ((await beat()) > first ? true : undefined), 20_000);
     // Keep-alives every second hold a quiet stream open: nothing went silent so far.
     expect(spawner.stderr()).not.toMatch(/went silent/);
 
     server.child.kill('SIGSTOP');
-    await until('the spawner says the stream went silent', () => (/went silent/.test(spawner!.stderr()) ? true : undefined), 20_000);
+    await until(
+      'the spawner says the stream went silent',
+      () => (/went silent/.test(spawner!.stderr()) ? true : undefined),
+      20_000,
+    );
     expect(spawner.stderr()).toMatch(
-      new RegExp(`the command stream from ${server.url.replace(/[.]/g, '\\.')} went silent \\(no word, not even a keep-alive, for 3 s: .*\\); retrying in \\d+(\\.\\d+)? s`),
+      new RegExp(
+        `the command stream from ${server.url.replace(/[.]/g, '\\.')} went silent \\(no word, not even a keep-alive, for 3 s: .*\\); retrying in \\d+(\\.\\d+)? s`,
+      ),
     );
     expect(spawner.child.exitCode).toBeNull();
 

@@ -22,7 +22,13 @@ beforeAll(() => buildCli(false), 120_000);
 
 /** A node child that prints `ready` and, on `signal`, prints `got <signal>` and exits 0. */
 const handling = (signal: string) =>
-  [process.execPath, ['-e', `process.on('${signal}', () => { console.log('got ${signal}'); process.exit(0); }); console.log('ready'); setInterval(() => {}, 1000);`]] as const;
+  [
+    process.execPath,
+    [
+      '-e',
+      `process.on('${signal}', () => { console.log('got ${signal}'); process.exit(0); }); console.log('ready'); setInterval(() => {}, 1000);`,
+    ],
+  ] as const;
 
 const gone = (pid: number) => {
   if (!pidAlive(pid)) return true;
@@ -61,7 +67,9 @@ describe('the testkit guard', () => {
     const out = lines(child.guard.stdout!);
     await out.until('ready');
     process.kill(child.pid, 'SIGSTOP');
-    await until('the child stopped', () => (/^\d+ \(.*\) T/.test(readFileSync(`/proc/${child.pid}/stat`, 'utf8')) ? true : undefined));
+    await until('the child stopped', () =>
+      /^\d+ \(.*\) T/.test(readFileSync(`/proc/${child.pid}/stat`, 'utf8')) ? true : undefined,
+    );
     process.kill(child.pid, 'SIGCONT');
     // Had the guard taken the pause for an end, it would have exited with SIGSTOP's status and the child never heard SIGINT.
     expect(await child.stop()).toEqual({ code: 0, signal: null });
@@ -74,7 +82,9 @@ describe('the testkit guard', () => {
     const out = lines(child.guard.stdout!);
     await out.until('ready');
     process.kill(child.pid, 'SIGSTOP');
-    await until('the child stopped', () => (/^\d+ \(.*\) T/.test(readFileSync(`/proc/${child.pid}/stat`, 'utf8')) ? true : undefined));
+    await until('the child stopped', () =>
+      /^\d+ \(.*\) T/.test(readFileSync(`/proc/${child.pid}/stat`, 'utf8')) ? true : undefined,
+    );
     expect(await within(child.stop(), 10_000, 'the paused child stopping')).toEqual({ code: 0, signal: null });
     await out.until('got SIGTERM');
   });
@@ -82,7 +92,9 @@ describe('the testkit guard', () => {
   it('stops the child when its owner is killed with SIGKILL', async () => {
     const [cmd, args] = handling('SIGTERM');
     const script = `import(${JSON.stringify(GUARD)}).then(async (m) => { const g = await m.startGuarded(${JSON.stringify(cmd)}, ${JSON.stringify(args)}); console.log(g.pid); setInterval(() => {}, 1000); });`;
-    const owner = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const owner = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     const ownerExited = new Promise((resolve) => owner.once('exit', resolve));
     const pid = await new Promise<number>((resolve, reject) => {
       createInterface({ input: owner.stdout! }).once('line', (line) => resolve(Number(line)));

@@ -6,7 +6,13 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HookUsageError, parseHookArgs } from '../../src/cli/hook.js';
 import { attachedSettings, checkPaths, hookCommand, withoutOurs } from '../../src/cli/wake/attach.js';
-import { doorbellContent, doorbellText, permissionClass, safeName, senderAddress } from '../../src/cli/wake/doorbell.js';
+import {
+  doorbellContent,
+  doorbellText,
+  permissionClass,
+  safeName,
+  senderAddress,
+} from '../../src/cli/wake/doorbell.js';
 import { pause } from '../../src/cli/wake/inbox-watch.js';
 import type { InboxSummary } from '../../src/domain/messages.js';
 
@@ -16,7 +22,10 @@ import type { InboxSummary } from '../../src/domain/messages.js';
  * markup), the hook command line, and the settings `beidou attach` writes and removes.
  */
 
-const summary = (senders: Array<[id: string, name: string, count: number]>, latest = 'msg_0a1b2c3d4e5f'): InboxSummary => ({
+const summary = (
+  senders: Array<[id: string, name: string, count: number]>,
+  latest = 'msg_0a1b2c3d4e5f',
+): InboxSummary => ({
   count: senders.reduce((n, [, , c]) => n + c, 0),
   senders: senders.map(([agent_id, name, count]) => ({ agent_id, name, count })),
   latest,
@@ -58,13 +67,37 @@ describe('doorbellText', () => {
     expect(doorbellText(summary([['user', 'user', 1]]))).toBe(
       '[Beidou] 1 new message from user: call mcp__beidou__read_inbox to read it (ref msg_0a1b2c3d4e5f)',
     );
-    expect(doorbellText(summary([['ag_1', 'leader-1', 2], ['user', 'user', 1]]))).toBe(
+    expect(
+      doorbellText(
+        summary([
+          ['ag_1', 'leader-1', 2],
+          ['user', 'user', 1],
+        ]),
+      ),
+    ).toBe(
       '[Beidou] 3 new messages from leader-1 and user: call mcp__beidou__read_inbox to read them (ref msg_0a1b2c3d4e5f)',
     );
-    expect(doorbellText(summary([['ag_1', 'a', 1], ['ag_2', 'b', 1], ['ag_3', 'c', 1]]))).toBe(
+    expect(
+      doorbellText(
+        summary([
+          ['ag_1', 'a', 1],
+          ['ag_2', 'b', 1],
+          ['ag_3', 'c', 1],
+        ]),
+      ),
+    ).toBe(
       '[Beidou] 3 new messages from a, b and 1 more: call mcp__beidou__read_inbox to read them (ref msg_0a1b2c3d4e5f)',
     );
-    expect(doorbellText(summary([['ag_1', 'a', 1], ['ag_2', 'b', 1], ['ag_3', 'c', 1], ['ag_4', 'd', 4]]))).toContain('from a, b and 2 more:');
+    expect(
+      doorbellText(
+        summary([
+          ['ag_1', 'a', 1],
+          ['ag_2', 'b', 1],
+          ['ag_3', 'c', 1],
+          ['ag_4', 'd', 4],
+        ]),
+      ),
+    ).toContain('from a, b and 2 more:');
   });
 
   it('differs for every newest message (Claude Code drops a repeated turn), and only by it', () => {
@@ -85,9 +118,10 @@ describe('doorbellText', () => {
 });
 
 describe('doorbellContent and senderAddress', () => {
-  const WRAPPED = /^<cross-session-message from="([^"]*)" from-name="([^"]*)" from-mode="([^"]*)">\n([^\n]*)\n<\/cross-session-message>$/;
+  const WRAPPED =
+    /^<cross-session-message from="([^"]*)" from-name="([^"]*)" from-mode="([^"]*)">\n([^\n]*)\n<\/cross-session-message>$/;
 
-  it('wraps the text exactly as a cross-session message attesting the session\'s permission class', () => {
+  it("wraps the text exactly as a cross-session message attesting the session's permission class", () => {
     const one = summary([['ag_42', 'leader-1', 1]]);
     const text = doorbellText(one);
     expect(doorbellContent(text, one, 'bypass')).toBe(
@@ -97,8 +131,13 @@ describe('doorbellContent and senderAddress', () => {
       `<cross-session-message from="beidou:ag_42" from-name="leader-1" from-mode="prompting">\n${text}\n</cross-session-message>`,
     );
     // Several senders: one address and name for the inbox, so Claude Code's per-sender dedupe holds.
-    const many = summary([['ag_1', 'a', 1], ['user', 'user', 1]]);
-    expect(doorbellContent('T', many, 'prompting')).toBe('<cross-session-message from="beidou:inbox" from-name="Beidou" from-mode="prompting">\nT\n</cross-session-message>');
+    const many = summary([
+      ['ag_1', 'a', 1],
+      ['user', 'user', 1],
+    ]);
+    expect(doorbellContent('T', many, 'prompting')).toBe(
+      '<cross-session-message from="beidou:inbox" from-name="Beidou" from-mode="prompting">\nT\n</cross-session-message>',
+    );
     // No known permission class: the plain text, no attestation.
     expect(doorbellContent(text, one, null)).toBe(text);
   });
@@ -129,18 +168,26 @@ describe('doorbellContent and senderAddress', () => {
     }
   });
 
-  it('senderAddress: one sender\'s id, address-shaped; several senders, the inbox', () => {
+  it("senderAddress: one sender's id, address-shaped; several senders, the inbox", () => {
     expect(senderAddress(summary([['user', 'user', 1]]))).toBe('beidou:user');
     expect(senderAddress(summary([['ag_1.x-y', 'n', 1]]))).toBe('beidou:ag_1.x-y');
     expect(senderAddress(summary([['"<>', 'n', 1]]))).toBe('beidou:inbox');
-    expect(senderAddress(summary([['ag_1', 'a', 1], ['ag_2', 'b', 1]]))).toBe('beidou:inbox');
+    expect(
+      senderAddress(
+        summary([
+          ['ag_1', 'a', 1],
+          ['ag_2', 'b', 1],
+        ]),
+      ),
+    ).toBe('beidou:inbox');
   });
 });
 
 describe('permissionClass', () => {
   it('bypassPermissions is bypass, every other mode prompts, no mode is unknown', () => {
     expect(permissionClass('bypassPermissions')).toBe('bypass');
-    for (const mode of ['default', 'acceptEdits', 'plan', 'dontAsk', 'BypassPermissions', 'something-new']) expect(permissionClass(mode), mode).toBe('prompting');
+    for (const mode of ['default', 'acceptEdits', 'plan', 'dontAsk', 'BypassPermissions', 'something-new'])
+      expect(permissionClass(mode), mode).toBe('prompting');
     for (const none of [null, undefined, '']) expect(permissionClass(none)).toBeNull();
   });
 });
@@ -148,13 +195,19 @@ describe('permissionClass', () => {
 describe('parseHookArgs', () => {
   it('takes the event and --flag value or --flag=value', () => {
     expect(parseHookArgs(['stop'])).toEqual({ event: 'stop', opts: {} });
-    for (const event of ['pre-tool-use', 'post-tool-use', 'stop', 'session-start', 'rewake', 'mcp-headers']) expect(parseHookArgs([event]).event).toBe(event);
-    expect(parseHookArgs(['rewake', '--server', 'http://127.0.0.1:7777', '--token-file', '/t/a b.token', '--home', '/h'])).toEqual({
+    for (const event of ['pre-tool-use', 'post-tool-use', 'stop', 'session-start', 'rewake', 'mcp-headers'])
+      expect(parseHookArgs([event]).event).toBe(event);
+    expect(
+      parseHookArgs(['rewake', '--server', 'http://127.0.0.1:7777', '--token-file', '/t/a b.token', '--home', '/h']),
+    ).toEqual({
       event: 'rewake',
       opts: { server: 'http://127.0.0.1:7777', tokenFile: '/t/a b.token', home: '/h' },
     });
     // Only the first "=" splits: a value may hold more.
-    expect(parseHookArgs(['stop', '--server=http://h/?a=1', '--home=/x=y'])).toEqual({ event: 'stop', opts: { server: 'http://h/?a=1', home: '/x=y' } });
+    expect(parseHookArgs(['stop', '--server=http://h/?a=1', '--home=/x=y'])).toEqual({
+      event: 'stop',
+      opts: { server: 'http://h/?a=1', home: '/x=y' },
+    });
     expect(parseHookArgs([])).toEqual({ event: '', opts: {} });
   });
 
@@ -172,7 +225,8 @@ describe('parseHookArgs', () => {
     expect(usage(['stop', 'extra'])).toMatch(/unknown option "extra"/);
     expect(usage(['stop', '--server=x', '--port=1'])).toMatch(/unknown option "--port=1"/);
     // Not a plain object's inherited keys either.
-    for (const name of ['constructor', '__proto__', 'toString', '--constructor']) expect(usage(['stop', name, 'x'])).toMatch(/unknown option/);
+    for (const name of ['constructor', '__proto__', 'toString', '--constructor'])
+      expect(usage(['stop', name, 'x'])).toMatch(/unknown option/);
     expect(usage(['stop', '--server'])).toBe('--server needs a value');
     expect(usage(['stop', '--home='])).toBe('--home needs a value');
     // The next option is not a value.
@@ -195,7 +249,11 @@ describe('pause', () => {
 });
 
 describe('the settings beidou attach writes', () => {
-  const o = { server: 'http://127.0.0.1:7777', tokenFile: '/home/u/.beidou/agents/ag_1.token', home: '/home/u/.beidou' };
+  const o = {
+    server: 'http://127.0.0.1:7777',
+    tokenFile: '/home/u/.beidou/agents/ag_1.token',
+    home: '/home/u/.beidou',
+  };
   // A user's own settings, with hooks on the same events as ours and permissions of their own.
   const user = {
     model: 'opus',
@@ -210,13 +268,17 @@ describe('the settings beidou attach writes', () => {
   const isOurs = (h: { command?: string }) => typeof h.command === 'string' && h.command.includes('hook-main.js');
   const ourHooks = (s: any, event: string) => (s.hooks[event] as any[]).flatMap((g) => g.hooks.filter(isOurs));
 
-  it('merges into the user\'s settings, keeping their hooks and permissions', () => {
+  it("merges into the user's settings, keeping their hooks and permissions", () => {
     const before = structuredClone(user);
     const s = attachedSettings(user, o);
     expect(user).toEqual(before); // not modified in place
     expect(s.model).toBe('opus');
     expect(s.env).toEqual({ FOO: '1' });
-    expect(s.permissions).toEqual({ allow: ['Bash(npm test:*)', 'mcp__beidou__*'], deny: ['Read(./.env)'], defaultMode: 'acceptEdits' });
+    expect(s.permissions).toEqual({
+      allow: ['Bash(npm test:*)', 'mcp__beidou__*'],
+      deny: ['Read(./.env)'],
+      defaultMode: 'acceptEdits',
+    });
     // The user's groups first and untouched, ours after.
     expect(s.hooks.PreToolUse[0]).toEqual(user.hooks.PreToolUse[0]);
     expect(s.hooks.Stop[0]).toEqual(user.hooks.Stop[0]);
@@ -227,7 +289,9 @@ describe('the settings beidou attach writes', () => {
       { type: 'command', command: hookCommand('stop', o) },
       { type: 'command', command: hookCommand('rewake', o), asyncRewake: true, timeout: 7 * 24 * 3600 },
     ]);
-    expect(ourHooks(s, 'SessionStart')).toEqual([{ type: 'command', command: hookCommand('session-start', o), asyncRewake: true, timeout: 7 * 24 * 3600 }]);
+    expect(ourHooks(s, 'SessionStart')).toEqual([
+      { type: 'command', command: hookCommand('session-start', o), asyncRewake: true, timeout: 7 * 24 * 3600 },
+    ]);
   });
 
   it('applied twice is applied once; applied again with new paths replaces ours', () => {
@@ -242,8 +306,13 @@ describe('the settings beidou attach writes', () => {
     expect(moved.permissions.allow.filter((r: string) => r === 'mcp__beidou__*')).toHaveLength(1);
   });
 
-  it('removing ours restores the user\'s settings exactly, key order included', () => {
-    for (const start of [user, {}, { permissions: { allow: ['mcp__other__*'] } }, { hooks: { Stop: [{ hooks: [{ type: 'command', command: 'x' }] }] } }]) {
+  it("removing ours restores the user's settings exactly, key order included", () => {
+    for (const start of [
+      user,
+      {},
+      { permissions: { allow: ['mcp__other__*'] } },
+      { hooks: { Stop: [{ hooks: [{ type: 'command', command: 'x' }] }] } },
+    ]) {
       const attached = attachedSettings(attachedSettings(start, o), o);
       expect(JSON.stringify(withoutOurs(attached))).toBe(JSON.stringify(start));
     }
@@ -279,25 +348,40 @@ describe('the settings beidou attach writes', () => {
 
     it('an attached folder with no Claude Code to ask is hooks-only', () => {
       settingsAt(attachedSettings({ hooks: {} }, o));
-      expect(checkPaths({ home: dir, claudeBin: '/bin/false' }, dir)).toEqual([{ path: 'hooks-only', why: expect.stringContaining('/bin/false --version did not answer') }]);
+      expect(checkPaths({ home: dir, claudeBin: '/bin/false' }, dir)).toEqual([
+        { path: 'hooks-only', why: expect.stringContaining('/bin/false --version did not answer') },
+      ]);
     });
   });
 
   it('hookCommand quotes every path so a shell reads it back word for word', () => {
     const nasty = {
       server: "http://127.0.0.1:7777/it's",
-      tokenFile: "/tmp/my dir/it's a \"token\" $HOME `id` \\n\nline.token",
+      tokenFile: '/tmp/my dir/it\'s a "token" $HOME `id` \\n\nline.token',
       home: "/tmp/o'brien's home/ *glob? ;rm -rf x&",
     };
     for (const event of ['pre-tool-use', 'stop', 'rewake', 'mcp-headers']) {
       const cmd = hookCommand(event, nasty);
       // `set --` makes the shell split the line into words as it would to run it; NUL-separated out.
-      const words = execFileSync('/bin/sh', ['-c', `set -- ${cmd}; printf '%s\\0' "$@"`], { encoding: 'utf8' }).split('\0').slice(0, -1);
+      const words = execFileSync('/bin/sh', ['-c', `set -- ${cmd}; printf '%s\\0' "$@"`], { encoding: 'utf8' })
+        .split('\0')
+        .slice(0, -1);
       expect(words[0]).toBe(process.execPath);
       expect(words[1]).toMatch(/[/\\]hook-main\.js$/);
-      expect(words.slice(2)).toEqual([event, '--server', nasty.server, '--token-file', nasty.tokenFile, '--home', nasty.home]);
+      expect(words.slice(2)).toEqual([
+        event,
+        '--server',
+        nasty.server,
+        '--token-file',
+        nasty.tokenFile,
+        '--home',
+        nasty.home,
+      ]);
       // And the hook reads the same options back.
-      expect(parseHookArgs(words.slice(2))).toEqual({ event, opts: { server: nasty.server, tokenFile: nasty.tokenFile, home: nasty.home } });
+      expect(parseHookArgs(words.slice(2))).toEqual({
+        event,
+        opts: { server: nasty.server, tokenFile: nasty.tokenFile, home: nasty.home },
+      });
     }
   });
 });

@@ -26,11 +26,21 @@ export function AgentStats({ agents }: { agents: Agent[] }) {
             <th class="num">Tokens in</th>
             <th class="num">Tokens out</th>
             <th class="num">Cost</th>
-            <th class="num" title="tool calls">Tools</th>
-            <th class="num" title="model calls">LLM</th>
-            <th class="num" title="messages this agent sent">Sent</th>
-            <th class="num" title="messages delivered to this agent">Received</th>
-            <th class="num" title="messages waiting in its inbox">Inbox</th>
+            <th class="num" title="tool calls">
+              Tools
+            </th>
+            <th class="num" title="model calls">
+              LLM
+            </th>
+            <th class="num" title="messages this agent sent">
+              Sent
+            </th>
+            <th class="num" title="messages delivered to this agent">
+              Received
+            </th>
+            <th class="num" title="messages waiting in its inbox">
+              Inbox
+            </th>
           </tr>
         </thead>
         <tbody>
@@ -42,14 +52,30 @@ export function AgentStats({ agents }: { agents: Agent[] }) {
               <td>
                 <span class={`pill s-${a.status}`}>{human(a.status)}</span>
               </td>
-              <td class="num" data-col="input_tokens">{a.stats.input_tokens}</td>
-              <td class="num" data-col="output_tokens">{a.stats.output_tokens}</td>
-              <td class="num" data-col="cost_usd">{money(a.stats.cost_usd)}</td>
-              <td class="num" data-col="tool_calls">{a.stats.tool_calls}</td>
-              <td class="num" data-col="llm_calls">{a.stats.llm_calls}</td>
-              <td class="num" data-col="messages_sent">{a.messages_sent}</td>
-              <td class="num" data-col="messages_delivered">{a.messages_delivered}</td>
-              <td class="num" data-col="inbox_depth">{a.inbox_depth}</td>
+              <td class="num" data-col="input_tokens">
+                {a.stats.input_tokens}
+              </td>
+              <td class="num" data-col="output_tokens">
+                {a.stats.output_tokens}
+              </td>
+              <td class="num" data-col="cost_usd">
+                {money(a.stats.cost_usd)}
+              </td>
+              <td class="num" data-col="tool_calls">
+                {a.stats.tool_calls}
+              </td>
+              <td class="num" data-col="llm_calls">
+                {a.stats.llm_calls}
+              </td>
+              <td class="num" data-col="messages_sent">
+                {a.messages_sent}
+              </td>
+              <td class="num" data-col="messages_delivered">
+                {a.messages_delivered}
+              </td>
+              <td class="num" data-col="inbox_depth">
+                {a.inbox_depth}
+              </td>
             </tr>
           ))}
         </tbody>

@@ -22,8 +22,17 @@ function authHeaders(token: string | null): Record<string, string> {
 }
 
 async function errorOf(res: Response): Promise<ApiError> {
-  const body = (await res.json().catch(() => null)) as { error?: string; message?: string; details?: Record<string, unknown> } | null;
-  return new ApiError(res.status, body?.error ?? `http_${res.status}`, body?.message ?? `${res.status} ${res.statusText}`, body?.details);
+  const body = (await res.json().catch(() => null)) as {
+    error?: string;
+    message?: string;
+    details?: Record<string, unknown>;
+  } | null;
+  return new ApiError(
+    res.status,
+    body?.error ?? `http_${res.status}`,
+    body?.message ?? `${res.status} ${res.statusText}`,
+    body?.details,
+  );
 }
 
 /** One admin request. A refused token signs the page out (the sign-in form says why). */
@@ -40,7 +49,8 @@ export async function request<T>(method: string, path: string, body?: unknown, t
   }
   if (!res.ok) {
     const err = await errorOf(res);
-    if (res.status === 401 && token === getState().token) signOut(`The token was refused (${err.code}); sign in again.`);
+    if (res.status === 401 && token === getState().token)
+      signOut(`The token was refused (${err.code}); sign in again.`);
     throw err;
   }
   return (await res.json()) as T;
@@ -82,7 +92,11 @@ export function openStream(path: string, options: StreamOptions): () => void {
       let res: Response | null = null;
       try {
         res = await fetch(`/api${path}`, {
-          headers: { ...authHeaders(token), accept: 'text/event-stream', ...(options.resume && lastId !== null ? { 'last-event-id': lastId } : {}) },
+          headers: {
+            ...authHeaders(token),
+            accept: 'text/event-stream',
+            ...(options.resume && lastId !== null ? { 'last-event-id': lastId } : {}),
+          },
           signal: controller.signal,
           cache: 'no-store',
         });

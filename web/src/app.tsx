@@ -31,7 +31,8 @@ export function App() {
       resume: false,
       onEvent: (name, data) => {
         if (name === 'tasks') setState({ tasks: (JSON.parse(data) as { tasks: TaskItem[] }).tasks });
-        else if (name === 'questions') setState({ questions: (JSON.parse(data) as { questions: PendingQuestion[] }).questions });
+        else if (name === 'questions')
+          setState({ questions: (JSON.parse(data) as { questions: PendingQuestion[] }).questions });
       },
       onState: (connected) => setStream('tasks', connected),
     });
@@ -61,7 +62,12 @@ export function App() {
           <div class="sidebar-head">
             <h2>Tasks</h2>
             <span class="count">{s.tasks?.length ?? 0}</span>
-            <button type="button" class="primary small push-right" data-testid="new-task-open" onClick={() => setState({ newTaskOpen: true })}>
+            <button
+              type="button"
+              class="primary small push-right"
+              data-testid="new-task-open"
+              onClick={() => setState({ newTaskOpen: true })}
+            >
               New task
             </button>
           </div>
@@ -69,7 +75,11 @@ export function App() {
         </aside>
         <main class="main">
           <Questions questions={s.questions} tasks={s.tasks} />
-          {taskId ? <TaskPage key={taskId} taskId={taskId} summary={summary} /> : <Overview tasks={s.tasks} questions={s.questions} />}
+          {taskId ? (
+            <TaskPage key={taskId} taskId={taskId} summary={summary} />
+          ) : (
+            <Overview tasks={s.tasks} questions={s.questions} />
+          )}
         </main>
       </div>
       {s.newTaskOpen && <NewTask />}

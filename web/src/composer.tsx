@@ -29,7 +29,12 @@ export function Composer({ agents, rootId }: { agents: Agent[]; rootId: string |
     }
   };
 
-  if (live.length === 0) return <p class="muted" data-testid="composer">No live agent to message.</p>;
+  if (live.length === 0)
+    return (
+      <p class="muted" data-testid="composer">
+        No live agent to message.
+      </p>
+    );
   return (
     <form
       class="composer"
@@ -41,7 +46,12 @@ export function Composer({ agents, rootId }: { agents: Agent[]; rootId: string |
     >
       <div class="composer-to">
         <label for="composer-to">To</label>
-        <select id="composer-to" data-testid="composer-to" value={recipient?.agent_id ?? ''} onChange={(e) => setTo(e.currentTarget.value)}>
+        <select
+          id="composer-to"
+          data-testid="composer-to"
+          value={recipient?.agent_id ?? ''}
+          onChange={(e) => setTo(e.currentTarget.value)}
+        >
           {live.map((a) => (
             <option key={a.agent_id} value={a.agent_id}>
               {a.name}

@@ -29,7 +29,13 @@ export function ConfirmDialog({ confirmation }: { confirmation: Confirmation }) 
         <button type="button" data-testid="confirm-cancel" onClick={() => settleConfirmation(false)}>
           Cancel
         </button>
-        <button type="button" class="primary" ref={ok} data-testid="confirm-ok" onClick={() => settleConfirmation(true)}>
+        <button
+          type="button"
+          class="primary"
+          ref={ok}
+          data-testid="confirm-ok"
+          onClick={() => settleConfirmation(true)}
+        >
           {confirmation.ok}
         </button>
       </div>

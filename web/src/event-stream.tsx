@@ -15,10 +15,22 @@ const SHOWN = 1_000;
 
 /** Whether an event names the agent anywhere (caller, recipient, leader, asker, a list of ids...). */
 function involves(e: StoredEvent, agentId: string): boolean {
-  return Object.entries(e).some(([k, v]) => k !== 'task_id' && (v === agentId || (Array.isArray(v) && v.includes(agentId))));
+  return Object.entries(e).some(
+    ([k, v]) => k !== 'task_id' && (v === agentId || (Array.isArray(v) && v.includes(agentId))),
+  );
 }
 
-export function EventStream({ events, agents, name, state }: { events: StoredEvent[]; agents: Agent[]; name: Namer; state: string | null }) {
+export function EventStream({
+  events,
+  agents,
+  name,
+  state,
+}: {
+  events: StoredEvent[];
+  agents: Agent[];
+  name: Namer;
+  state: string | null;
+}) {
   const [agent, setAgent] = useState('');
   const [type, setType] = useState('');
   const [open, setOpen] = useState<ReadonlySet<number>>(new Set());
@@ -70,7 +82,9 @@ export function EventStream({ events, agents, name, state }: { events: StoredEve
           </select>
         </label>
         <span class="muted grow-right" data-testid="event-count">
-          {shown.length === matching.length ? `${shown.length} of ${events.length} events` : `${shown.length} of ${matching.length} matching events`}
+          {shown.length === matching.length
+            ? `${shown.length} of ${events.length} events`
+            : `${shown.length} of ${matching.length} matching events`}
         </span>
         {state && <span class="stream-note">{state}</span>}
       </div>
@@ -83,7 +97,9 @@ export function EventStream({ events, agents, name, state }: { events: StoredEve
           stick.current = el.scrollTop + el.clientHeight >= el.scrollHeight - 24;
         }}
       >
-        {shown.length === 0 && <p class="muted pad">{events.length === 0 ? 'No events yet.' : 'No event matches the filters.'}</p>}
+        {shown.length === 0 && (
+          <p class="muted pad">{events.length === 0 ? 'No events yet.' : 'No event matches the filters.'}</p>
+        )}
         {shown.map((e) => (
           <EventLine key={e.seq} event={e} name={name} open={open.has(e.seq)} toggle={toggle} />
         ))}
@@ -92,9 +108,24 @@ export function EventStream({ events, agents, name, state }: { events: StoredEve
   );
 }
 
-function EventLine({ event: e, name, open, toggle }: { event: StoredEvent; name: Namer; open: boolean; toggle: (seq: number) => void }) {
+function EventLine({
+  event: e,
+  name,
+  open,
+  toggle,
+}: {
+  event: StoredEvent;
+  name: Namer;
+  open: boolean;
+  toggle: (seq: number) => void;
+}) {
   return (
-    <div class={`event-line${open ? ' open' : ''} e-${e.event.replace(/[._]/g, '-')}`} data-testid="event-line" data-seq={e.seq} data-event={e.event}>
+    <div
+      class={`event-line${open ? ' open' : ''} e-${e.event.replace(/[._]/g, '-')}`}
+      data-testid="event-line"
+      data-seq={e.seq}
+      data-event={e.event}
+    >
       <div class="event-row" onClick={() => toggle(e.seq)}>
         <span class="seq">{e.seq}</span>
         <time>{clock(e.ts)}</time>

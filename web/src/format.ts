@@ -17,7 +17,12 @@ export function when(ts: number | null): string {
 }
 
 export function clock(ts: number): string {
-  return new Date(ts * 1000).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' });
+  return new Date(ts * 1000).toLocaleTimeString(undefined, {
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+    hourCycle: 'h23',
+  });
 }
 
 /** Agents by their names; `user` and `beidou` (and an id not known yet) as they are. */

@@ -15,7 +15,11 @@ export function Header({ version, signedIn, live }: { version: string | null; si
       <span class="spacer" />
       {signedIn && (
         <>
-          <span class={`conn ${live ? 'live' : 'down'}`} data-testid="connection-state" title={live ? 'the live streams are connected' : 'waiting for the server'}>
+          <span
+            class={`conn ${live ? 'live' : 'down'}`}
+            data-testid="connection-state"
+            title={live ? 'the live streams are connected' : 'waiting for the server'}
+          >
             {live ? 'live' : 'reconnecting'}
           </span>
           <button type="button" class="ghost" data-testid="signout" onClick={() => signOut()}>

@@ -16,8 +16,23 @@ const PATH = [6, 5, 4, 3, 0, 1, 2, 3].map((i, n) => `${n === 0 ? 'M' : 'L'}${STA
 
 export function Logo({ size = 30 }: { size?: number }) {
   return (
-    <svg class="logo" width={size * 1.8} height={size} viewBox="0 0 66 37" overflow="visible" role="img" aria-label="Beidou logo: the seven stars of the Big Dipper">
-      <path d={PATH} fill="none" stroke="currentColor" stroke-opacity="0.45" stroke-width="1.2" stroke-linejoin="round" />
+    <svg
+      class="logo"
+      width={size * 1.8}
+      height={size}
+      viewBox="0 0 66 37"
+      overflow="visible"
+      role="img"
+      aria-label="Beidou logo: the seven stars of the Big Dipper"
+    >
+      <path
+        d={PATH}
+        fill="none"
+        stroke="currentColor"
+        stroke-opacity="0.45"
+        stroke-width="1.2"
+        stroke-linejoin="round"
+      />
       {STARS.map(([x, y, r], i) => (
         <circle key={i} cx={x} cy={y} r={r} class="star" />
       ))}

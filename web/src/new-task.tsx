@@ -37,7 +37,11 @@ export function NewTask() {
       });
       close();
       location.hash = `#/tasks/${created.task_id}`;
-      toast(spawn ? 'Task started; its root is queued for a spawner.' : `Task started; join it as its root with: beidou attach --agent ${created.root_agent_id} --server ${location.origin}`);
+      toast(
+        spawn
+          ? 'Task started; its root is queued for a spawner.'
+          : `Task started; join it as its root with: beidou attach --agent ${created.root_agent_id} --server ${location.origin}`,
+      );
     } catch (err) {
       setError((err as Error).message);
     } finally {
@@ -59,15 +63,34 @@ export function NewTask() {
       <form data-testid="new-task-form" onSubmit={submit}>
         <h2 id="new-task-title">New task</h2>
         <label for="new-task-text">What should the team do?</label>
-        <textarea id="new-task-text" data-testid="new-task-text" rows={6} value={text} onInput={(e) => setText(e.currentTarget.value)} autofocus />
+        <textarea
+          id="new-task-text"
+          data-testid="new-task-text"
+          rows={6}
+          value={text}
+          onInput={(e) => setText(e.currentTarget.value)}
+          autofocus
+        />
         <div class="form-row">
           <div>
             <label for="new-task-name">Name (optional)</label>
-            <input id="new-task-name" data-testid="new-task-name" type="text" maxLength={200} value={name} onInput={(e) => setName(e.currentTarget.value)} />
+            <input
+              id="new-task-name"
+              data-testid="new-task-name"
+              type="text"
+              maxLength={200}
+              value={name}
+              onInput={(e) => setName(e.currentTarget.value)}
+            />
           </div>
           <div>
             <label for="new-task-skill">Root skill</label>
-            <select id="new-task-skill" data-testid="new-task-skill" value={skill} onChange={(e) => setSkill(e.currentTarget.value)}>
+            <select
+              id="new-task-skill"
+              data-testid="new-task-skill"
+              value={skill}
+              onChange={(e) => setSkill(e.currentTarget.value)}
+            >
               {names.map((s) => (
                 <option key={s.name} value={s.name} title={s.description}>
                   {s.name}
@@ -77,7 +100,12 @@ export function NewTask() {
           </div>
         </div>
         <label class="check">
-          <input type="checkbox" data-testid="new-task-spawn" checked={spawn} onChange={(e) => setSpawn(e.currentTarget.checked)} />
+          <input
+            type="checkbox"
+            data-testid="new-task-spawn"
+            checked={spawn}
+            onChange={(e) => setSpawn(e.currentTarget.checked)}
+          />
           <span>
             Run the root on a spawner
             <small class="muted block">Untick it to connect the root yourself, with beidou attach.</small>

@@ -37,7 +37,9 @@ function lay(plan: Plan): Laid {
     const n = g.node(task.id) as { x: number; y: number };
     return { task, x: n.x, y: n.y };
   });
-  const edges = g.edges().map((e) => ({ from: e.v, to: e.w, points: (g.edge(e) as { points: Array<{ x: number; y: number }> }).points }));
+  const edges = g
+    .edges()
+    .map((e) => ({ from: e.v, to: e.w, points: (g.edge(e) as { points: Array<{ x: number; y: number }> }).points }));
   const { width = NODE_W, height = NODE_H } = g.graph() as { width?: number; height?: number };
   return { nodes, edges, width: Math.ceil(width), height: Math.ceil(height) };
 }
@@ -61,7 +63,8 @@ export function PlanGraph({ plan, name }: { plan: Plan; name: Namer }) {
           Plan of <b>{name(plan.owner_agent_id)}</b>
         </span>
         <span class="muted">
-          {done}/{plan.tasks.length} done · {plan.removed_at ? `removed ${when(plan.removed_at)}` : `declared ${when(plan.created_at)}`}
+          {done}/{plan.tasks.length} done ·{' '}
+          {plan.removed_at ? `removed ${when(plan.removed_at)}` : `declared ${when(plan.created_at)}`}
         </span>
       </figcaption>
       <div class="plan-scroll">
@@ -69,17 +72,42 @@ export function PlanGraph({ plan, name }: { plan: Plan; name: Namer }) {
           viewBox={`0 0 ${laid.width} ${laid.height}`}
           // As wide as the panel, never wider than drawn, never shrunk below 70% (it scrolls instead).
           style={{ width: '100%', maxWidth: `${laid.width}px`, minWidth: `${Math.round(laid.width * 0.7)}px` }}
-          role="img" aria-label={`plan ${plan.plan_id}: ${plan.tasks.length} tasks`}>
+          role="img"
+          aria-label={`plan ${plan.plan_id}: ${plan.tasks.length} tasks`}
+        >
           <defs>
-            <marker id={marker} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+            <marker
+              id={marker}
+              viewBox="0 0 10 10"
+              refX="9"
+              refY="5"
+              markerWidth="7"
+              markerHeight="7"
+              orient="auto-start-reverse"
+            >
               <path d="M0 0 L10 5 L0 10 z" class="arrow" />
             </marker>
           </defs>
           {laid.edges.map((e) => (
-            <path key={`${e.from}->${e.to}`} class="plan-edge" data-testid="plan-edge" data-from={e.from} data-to={e.to} d={path(e.points)} marker-end={`url(#${marker})`} />
+            <path
+              key={`${e.from}->${e.to}`}
+              class="plan-edge"
+              data-testid="plan-edge"
+              data-from={e.from}
+              data-to={e.to}
+              d={path(e.points)}
+              marker-end={`url(#${marker})`}
+            />
           ))}
           {laid.nodes.map(({ task, x, y }) => (
-            <g key={task.id} class={`plan-node p-${task.status}`} data-testid="plan-node" data-plan-task-id={task.id} data-status={task.status} transform={`translate(${x - NODE_W / 2} ${y - NODE_H / 2})`}>
+            <g
+              key={task.id}
+              class={`plan-node p-${task.status}`}
+              data-testid="plan-node"
+              data-plan-task-id={task.id}
+              data-status={task.status}
+              transform={`translate(${x - NODE_W / 2} ${y - NODE_H / 2})`}
+            >
               <title>{`${task.id} (${human(task.status)})\n${task.role}${task.agent_id ? ` → ${name(task.agent_id)}` : ''}\n${task.task}`}</title>
               <rect width={NODE_W} height={NODE_H} rx="8" />
               <text x="12" y="21" class="node-title">

@@ -33,7 +33,9 @@ const ORIGINS: Record<string, string> = {
 function choices(item: QuestionItem): Array<{ label: string; description: string; requires_text?: boolean }> {
   if (item.options.length === 0) return [];
   const own = item.options.some((o) => o.label === OTHER);
-  return own ? item.options : [...item.options, { label: OTHER, description: 'Type your own answer below.', requires_text: true }];
+  return own
+    ? item.options
+    : [...item.options, { label: OTHER, description: 'Type your own answer below.', requires_text: true }];
 }
 
 /** Why the text is needed for what is chosen, or null when it is optional. */
@@ -51,7 +53,8 @@ function problem(items: readonly QuestionItem[], states: readonly ItemState[]): 
     const where = items.length > 1 ? ` (question ${i + 1})` : '';
     if (item.options.length > 0 && s.chosen.length === 0) return `Choose an option${where}.`;
     const need = textNeed(item, s);
-    if (need && !s.text.trim()) return item.options.length === 0 ? `Type your answer${where}.` : `${need} needs text${where}.`;
+    if (need && !s.text.trim())
+      return item.options.length === 0 ? `Type your answer${where}.` : `${need} needs text${where}.`;
   }
   return null;
 }
@@ -64,18 +67,25 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
 
-  const update = (i: number, patch: Partial<ItemState>) => setStates((all) => all.map((s, j) => (j === i ? { ...s, ...patch } : s)));
+  const update = (i: number, patch: Partial<ItemState>) =>
+    setStates((all) => all.map((s, j) => (j === i ? { ...s, ...patch } : s)));
   const choose = (i: number, label: string, multi: boolean, on: boolean) =>
     setStates((all) =>
       all.map((s, j) => {
         if (j !== i) return s;
         if (!multi) return { ...s, chosen: [label] };
-        return { ...s, chosen: on ? [...s.chosen.filter((l) => l !== label), label] : s.chosen.filter((l) => l !== label) };
+        return {
+          ...s,
+          chosen: on ? [...s.chosen.filter((l) => l !== label), label] : s.chosen.filter((l) => l !== label),
+        };
       }),
     );
 
   // How a toast names the question: the server's own ones by what they are about.
-  const named = question.asker_name === 'beidou' && question.subject_name ? `the question about ${question.subject_name}` : `${question.asker_name}'s question`;
+  const named =
+    question.asker_name === 'beidou' && question.subject_name
+      ? `the question about ${question.subject_name}`
+      : `${question.asker_name}'s question`;
 
   const answer = async (e: Event) => {
     e.preventDefault();
@@ -108,17 +118,27 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
   };
 
   // The root's review puts its detail in the question and in the context: show it once.
-  const context = question.context && !questions.some((q) => q.question.includes(question.context!.trim())) ? question.context : null;
+  const context =
+    question.context && !questions.some((q) => q.question.includes(question.context!.trim())) ? question.context : null;
   const taskName = task ? taskTitle(task) : (question.task_name ?? question.task_id);
 
   return (
-    <form class="question-card" data-testid="question-card" data-qid={qid} data-task-id={question.task_id} onSubmit={answer} noValidate>
+    <form
+      class="question-card"
+      data-testid="question-card"
+      data-qid={qid}
+      data-task-id={question.task_id}
+      onSubmit={answer}
+      noValidate
+    >
       <div class="question-head">
         <span class="chip">{ORIGINS[question.origin] ?? question.origin}</span>
         <span class="asker" data-testid="question-asker">
           {question.asker_name}
         </span>
-        {question.subject_name && question.subject_name !== question.asker_name && <span class="muted">about {question.subject_name}</span>}
+        {question.subject_name && question.subject_name !== question.asker_name && (
+          <span class="muted">about {question.subject_name}</span>
+        )}
         <span class="muted">in</span>
         <a class="question-task" data-testid="question-task" href={`#/tasks/${question.task_id}`}>
           {taskName}
@@ -177,7 +197,13 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
       {declining && (
         <div class="decline">
           <label for={`${qid}-decline`}>Why do you decline? (the asker is told)</label>
-          <textarea id={`${qid}-decline`} data-testid="question-decline-reason" rows={2} value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
+          <textarea
+            id={`${qid}-decline`}
+            data-testid="question-decline-reason"
+            rows={2}
+            value={reason}
+            onInput={(e) => setReason(e.currentTarget.value)}
+          />
         </div>
       )}
       <div class="actions">
@@ -186,7 +212,13 @@ export function QuestionCard({ question, task }: { question: PendingQuestion; ta
             <button type="button" onClick={() => setDeclining(false)} disabled={busy}>
               Keep it
             </button>
-            <button type="button" class="danger" data-testid="question-decline-confirm" onClick={decline} disabled={busy}>
+            <button
+              type="button"
+              class="danger"
+              data-testid="question-decline-confirm"
+              onClick={decline}
+              disabled={busy}
+            >
               Decline
             </button>
           </>

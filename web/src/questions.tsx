@@ -13,7 +13,11 @@ export function Questions({ questions, tasks }: { questions: PendingQuestion[] |
   const [folded, setFolded] = useState(false);
   const byId = new Map((tasks ?? []).map((t) => [t.task_id, t]));
   return (
-    <section class={`panel questions${list.length ? ' has-questions' : ''}`} data-testid="questions-panel" aria-labelledby="questions-title">
+    <section
+      class={`panel questions${list.length ? ' has-questions' : ''}`}
+      data-testid="questions-panel"
+      aria-labelledby="questions-title"
+    >
       <div class="panel-head">
         <h2 id="questions-title">Waiting for you</h2>
         <span class={`count${list.length ? ' attention' : ''}`} data-testid="questions-count">

@@ -45,7 +45,8 @@ export function SignIn() {
           onInput={(e) => setToken(e.currentTarget.value)}
         />
         <p class="hint">
-          <code>beidou token</code> prints it; it is also in <code>~/.beidou/admin.token</code> (or <code>$BEIDOU_HOME/admin.token</code>).
+          <code>beidou token</code> prints it; it is also in <code>~/.beidou/admin.token</code> (or{' '}
+          <code>$BEIDOU_HOME/admin.token</code>).
         </p>
         {error && (
           <p class="error" role="alert" data-testid="signin-error">

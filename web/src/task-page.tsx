@@ -58,7 +58,9 @@ export function TaskPage({ taskId, summary }: { taskId: string; summary: TaskIte
       onFatal: (err) => {
         // Not a connection that may come back: it no longer counts for the live indicator.
         setStream('events', null);
-        setStreamNote(err.code === 'task_quarantined' ? 'the events of a quarantined task are not served' : err.message);
+        setStreamNote(
+          err.code === 'task_quarantined' ? 'the events of a quarantined task are not served' : err.message,
+        );
       },
     });
     return () => {
@@ -88,7 +90,13 @@ export function TaskPage({ taskId, summary }: { taskId: string; summary: TaskIte
   const running = task.status === 'running';
 
   const terminate = async () => {
-    if (!(await confirmAction(`Terminate "${taskTitle(task)}"? Its root and every agent under it are stopped.`, 'Terminate'))) return;
+    if (
+      !(await confirmAction(
+        `Terminate "${taskTitle(task)}"? Its root and every agent under it are stopped.`,
+        'Terminate',
+      ))
+    )
+      return;
     try {
       await request('POST', `/tasks/${encodeURIComponent(task.task_id)}/terminate`, {});
       toast(`Terminating ${taskTitle(task)}`);
@@ -131,7 +139,11 @@ export function TaskPage({ taskId, summary }: { taskId: string; summary: TaskIte
           <code>
             {quarantine.file}:{quarantine.line}: {quarantine.reason}
           </code>
-          <span class="muted"> The task is read-only; <code>beidou doctor --repair</code>, with the server stopped, cuts its log back to its last whole commit.</span>
+          <span class="muted">
+            {' '}
+            The task is read-only; <code>beidou doctor --repair</code>, with the server stopped, cuts its log back to
+            its last whole commit.
+          </span>
         </div>
       )}
       {error && <p class="error">{error}</p>}
@@ -182,7 +194,11 @@ export function TaskPage({ taskId, summary }: { taskId: string; summary: TaskIte
             <h2 id="plan-title">Plans</h2>
             <Legend />
           </div>
-          {plans.length === 0 ? <p class="muted">No plan declared yet.</p> : plans.map((p) => <PlanGraph key={p.plan_id} plan={p} name={name} />)}
+          {plans.length === 0 ? (
+            <p class="muted">No plan declared yet.</p>
+          ) : (
+            plans.map((p) => <PlanGraph key={p.plan_id} plan={p} name={name} />)
+          )}
         </section>
       </div>
 
@@ -225,8 +241,18 @@ function Legend() {
 }
 
 /** A refresh that coalesces: one request at a time, at most every REFRESH_MS, the last call always honoured. */
-function useRefresh(taskId: string, setDetail: (d: TaskDetail) => void, setError: (e: string | null) => void): () => void {
-  const state = useRef({ inFlight: false, again: false, loaded: false, timer: null as ReturnType<typeof setTimeout> | null, alive: true });
+function useRefresh(
+  taskId: string,
+  setDetail: (d: TaskDetail) => void,
+  setError: (e: string | null) => void,
+): () => void {
+  const state = useRef({
+    inFlight: false,
+    again: false,
+    loaded: false,
+    timer: null as ReturnType<typeof setTimeout> | null,
+    alive: true,
+  });
   useEffect(() => {
     const s = state.current;
     s.alive = true;
@@ -262,10 +288,13 @@ function useRefresh(taskId: string, setDetail: (d: TaskDetail) => void, setError
   const schedule = () => {
     const s = state.current;
     if (s.timer) return;
-    s.timer = setTimeout(() => {
-      s.timer = null;
-      void load();
-    }, s.loaded ? REFRESH_MS : 0);
+    s.timer = setTimeout(
+      () => {
+        s.timer = null;
+        void load();
+      },
+      s.loaded ? REFRESH_MS : 0,
+    );
   };
   return schedule;
 }

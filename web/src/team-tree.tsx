@@ -10,7 +10,8 @@ export function TeamTree({ agents, teams }: { agents: Agent[]; teams: Team[] }) 
   const kidsOf = new Map<string, Agent[]>();
   const tops: Agent[] = [];
   for (const a of agents) {
-    if (ids.has(a.leader_id) && a.leader_id !== a.agent_id) kidsOf.set(a.leader_id, [...(kidsOf.get(a.leader_id) ?? []), a]);
+    if (ids.has(a.leader_id) && a.leader_id !== a.agent_id)
+      kidsOf.set(a.leader_id, [...(kidsOf.get(a.leader_id) ?? []), a]);
     else tops.push(a);
   }
   const teamNames = new Map(teams.map((t) => [t.team_id, t.name]));
@@ -24,12 +25,34 @@ export function TeamTree({ agents, teams }: { agents: Agent[]; teams: Team[] }) 
   );
 }
 
-function AgentNode({ agent: a, kidsOf, teamNames }: { agent: Agent; kidsOf: Map<string, Agent[]>; teamNames: Map<string, string> }) {
+function AgentNode({
+  agent: a,
+  kidsOf,
+  teamNames,
+}: {
+  agent: Agent;
+  kidsOf: Map<string, Agent[]>;
+  teamNames: Map<string, string>;
+}) {
   const kids = kidsOf.get(a.agent_id) ?? [];
   const pending = a.review ?? a.termination_request;
-  const process = a.running ? 'running' : a.status === 'terminated' ? 'ended' : !a.launch ? 'connects itself' : a.launch.state === 'queued' ? 'queued for a spawner' : 'not running';
+  const process = a.running
+    ? 'running'
+    : a.status === 'terminated'
+      ? 'ended'
+      : !a.launch
+        ? 'connects itself'
+        : a.launch.state === 'queued'
+          ? 'queued for a spawner'
+          : 'not running';
   return (
-    <li class="agent-node" data-testid="agent-node" data-agent-id={a.agent_id} data-status={a.status} data-running={String(a.running)}>
+    <li
+      class="agent-node"
+      data-testid="agent-node"
+      data-agent-id={a.agent_id}
+      data-status={a.status}
+      data-running={String(a.running)}
+    >
       <div class={`agent-card a-${a.status}`}>
         <div class="agent-line">
           <span class={`dot${a.running ? ' on' : ''}`} title={process} aria-hidden="true" />
@@ -60,7 +83,11 @@ function AgentNode({ agent: a, kidsOf, teamNames }: { agent: Agent; kidsOf: Map<
             </span>
           )}
           {pending?.escalated && (
-            <span class="badge escalated" data-testid="badge-escalated" title="its leader did not answer: the question went to you">
+            <span
+              class="badge escalated"
+              data-testid="badge-escalated"
+              title="its leader did not answer: the question went to you"
+            >
               escalated
             </span>
           )}

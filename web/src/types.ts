@@ -4,7 +4,15 @@
  * at compile time instead of showing `undefined`.
  */
 import type { StoredEvent } from '../../src/events/catalogue.js';
-import type { agentView, pendingQuestionsView, planView, quarantinedDetail, taskDetail, taskListView, teamView } from '../../src/server/api/views.js';
+import type {
+  agentView,
+  pendingQuestionsView,
+  planView,
+  quarantinedDetail,
+  taskDetail,
+  taskListView,
+  teamView,
+} from '../../src/server/api/views.js';
 
 export type { StoredEvent };
 export type TaskItem = ReturnType<typeof taskListView>[number];

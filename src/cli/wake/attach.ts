@@ -99,7 +99,17 @@ export function withoutOurs(settings: Json): Json {
 }
 
 export function hookCommand(event: string, o: { server: string; tokenFile: string; home: string }): string {
-  return [quote(process.execPath), quote(HOOK_MAIN), event, '--server', quote(o.server), '--token-file', quote(o.tokenFile), '--home', quote(o.home)].join(' ');
+  return [
+    quote(process.execPath),
+    quote(HOOK_MAIN),
+    event,
+    '--server',
+    quote(o.server),
+    '--token-file',
+    quote(o.tokenFile),
+    '--home',
+    quote(o.home),
+  ].join(' ');
 }
 
 export function attachedSettings(settings: Json, o: { server: string; tokenFile: string; home: string }): Json {
@@ -131,8 +141,11 @@ function runClaude(opts: AttachOptions, args: string[], dir: string): string {
     return execFileSync(claudeBin(opts), args, { cwd: dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: string };
-    if (e.code === 'ENOENT') throw new CliError(`Claude Code not found (${claudeBin(opts)}): install it, or pass --claude-bin`, 2);
-    throw new CliError(`claude ${args.join(' ')} failed: ${(e.stderr ?? e.message).trim().split('\n').slice(-3).join(' ')}`);
+    if (e.code === 'ENOENT')
+      throw new CliError(`Claude Code not found (${claudeBin(opts)}): install it, or pass --claude-bin`, 2);
+    throw new CliError(
+      `claude ${args.join(' ')} failed: ${(e.stderr ?? e.message).trim().split('\n').slice(-3).join(' ')}`,
+    );
   }
 }
 
@@ -160,24 +173,32 @@ export async function attach(opts: AttachOptions): Promise<void> {
   const server = serverUrl(opts);
   const tokenFile = tokenFileOf(opts, home, opts.agent);
   const projectRoot = path.resolve(dir) + path.sep;
-  if (tokenFile.startsWith(projectRoot)) throw new CliError(`--token-file ${tokenFile} is inside this project; keep the token outside it`, 2);
+  if (tokenFile.startsWith(projectRoot))
+    throw new CliError(`--token-file ${tokenFile} is inside this project; keep the token outside it`, 2);
 
-  const agent = await api<{ agent_id: string; task_id: string; name?: string; spawner_id: string | null; launch: { state: string } | null }>(
-    opts,
-    'GET',
-    `/agents/${encodeURIComponent(opts.agent)}`,
-  );
+  const agent = await api<{
+    agent_id: string;
+    task_id: string;
+    name?: string;
+    spawner_id: string | null;
+    launch: { state: string } | null;
+  }>(opts, 'GET', `/agents/${encodeURIComponent(opts.agent)}`);
   // Two processes as one agent would take each other's mail.
   if (agent.spawner_id) {
-    throw new CliError(`agent ${agent.agent_id} is run by spawner ${agent.spawner_id}: attach an agent no spawner runs (beidou task start --no-spawn)`);
+    throw new CliError(
+      `agent ${agent.agent_id} is run by spawner ${agent.spawner_id}: attach an agent no spawner runs (beidou task start --no-spawn)`,
+    );
   }
   if (agent.launch?.state === 'queued') {
-    process.stderr.write(`beidou: warning: agent ${agent.agent_id} is queued for a spawner; if one connects it will run a second copy of it\n`);
+    process.stderr.write(
+      `beidou: warning: agent ${agent.agent_id} is queued for a spawner; if one connects it will run a second copy of it\n`,
+    );
   }
   let token: string;
   try {
     adminToken(opts);
-    token = (await api<{ token: string }>(opts, 'POST', `/agents/${encodeURIComponent(agent.agent_id)}/token`, {})).token;
+    token = (await api<{ token: string }>(opts, 'POST', `/agents/${encodeURIComponent(agent.agent_id)}/token`, {}))
+      .token;
   } catch (err) {
     throw err instanceof CliError ? err : new CliError((err as Error).message);
   }
@@ -186,13 +207,36 @@ export async function attach(opts: AttachOptions): Promise<void> {
   removeMcpServer(opts, dir);
   runClaude(
     opts,
-    ['mcp', 'add-json', '--scope', 'local', SERVER_NAME, JSON.stringify({ type: 'http', url: `${server}/mcp`, headersHelper: hookCommand('mcp-headers', { server, tokenFile, home }) })],
+    [
+      'mcp',
+      'add-json',
+      '--scope',
+      'local',
+      SERVER_NAME,
+      JSON.stringify({
+        type: 'http',
+        url: `${server}/mcp`,
+        headersHelper: hookCommand('mcp-headers', { server, tokenFile, home }),
+      }),
+    ],
     dir,
   );
   const file = settingsFile(dir);
-  writeFileAtomic(file, JSON.stringify(attachedSettings(readJson(file), { server, tokenFile, home }), null, 2) + '\n', 0o644);
+  writeFileAtomic(
+    file,
+    JSON.stringify(attachedSettings(readJson(file), { server, tokenFile, home }), null, 2) + '\n',
+    0o644,
+  );
 
-  const out = { agent_id: agent.agent_id, task_id: agent.task_id, dir, server, mcp_url: `${server}/mcp`, token_file: tokenFile, settings: file };
+  const out = {
+    agent_id: agent.agent_id,
+    task_id: agent.task_id,
+    dir,
+    server,
+    mcp_url: `${server}/mcp`,
+    token_file: tokenFile,
+    settings: file,
+  };
   if (opts.json) return void process.stdout.write(JSON.stringify(out) + '\n');
   process.stdout.write(
     [
@@ -250,7 +294,7 @@ async function remove(opts: AttachOptions, dir: string): Promise<void> {
     [
       `detached ${dir}:`,
       `  hooks and permission: ${hadSettings ? `removed from ${file}` : 'none were there'}`,
-      `  MCP server "${SERVER_NAME}": ${hadServer ? 'removed from Claude Code\'s local scope' : 'none was there'}`,
+      `  MCP server "${SERVER_NAME}": ${hadServer ? "removed from Claude Code's local scope" : 'none was there'}`,
       `  token file: ${isToken ? `${tokenFile} deleted` : hadToken ? `${tokenFile} left alone: it is not a token` : 'none'}`,
       'A running Claude Code session keeps what it loaded until it ends; its relay ends with it.',
       '',
@@ -290,8 +334,14 @@ export function checkPaths(opts: AttachOptions, dir: string): CheckResult[] {
     return running.map((s) => {
       const session = { pid: s.pid, session_id: s.sessionId, version: s.version };
       const wake = state.sessionWake(`pid:${s.pid}`) ?? (s.sessionId ? state.sessionWake(`sid:${s.sessionId}`) : null);
-      if (wake?.path === 'socket') return { path: 'socket' as const, why: `relay ${wake.pid} rings ${wake.socket}`, session };
-      if (wake?.path === 'rewake') return { path: 'rewake' as const, why: `rewake hook ${wake.pid} waits for mail (no messaging socket)`, session };
+      if (wake?.path === 'socket')
+        return { path: 'socket' as const, why: `relay ${wake.pid} rings ${wake.socket}`, session };
+      if (wake?.path === 'rewake')
+        return {
+          path: 'rewake' as const,
+          why: `rewake hook ${wake.pid} waits for mail (no messaging socket)`,
+          session,
+        };
       const why = ringable(s)
         ? `the session has a socket but no relay runs for it (see ${path.join(state.dir, `relay-${s.pid}.log`)})`
         : 'no relay and no rewake hook runs for this session (started before beidou attach, or with --bare?)';
@@ -299,21 +349,39 @@ export function checkPaths(opts: AttachOptions, dir: string): CheckResult[] {
     });
   }
   const version = versionOf(opts, dir);
-  if (!version) return [{ path: 'hooks-only', why: `no session runs here and ${claudeBin(opts)} --version did not answer` }];
+  if (!version)
+    return [{ path: 'hooks-only', why: `no session runs here and ${claudeBin(opts)} --version did not answer` }];
   if (!wakes(version)) {
-    return [{ path: 'hooks-only', why: `Claude Code ${version.join('.')} is older than ${FIRST_WAKE_VERSION.join('.')}: messages arrive after a tool call, at a stop, or by read_inbox` }];
+    return [
+      {
+        path: 'hooks-only',
+        why: `Claude Code ${version.join('.')} is older than ${FIRST_WAKE_VERSION.join('.')}: messages arrive after a tool call, at a stop, or by read_inbox`,
+      },
+    ];
   }
   if (process.env.CLAUDE_CODE_HARBOR_KITE === '0') {
-    return [{ path: 'rewake', why: 'CLAUDE_CODE_HARBOR_KITE=0 switches the messaging socket off: the asyncRewake hooks will wake the session' }];
+    return [
+      {
+        path: 'rewake',
+        why: 'CLAUDE_CODE_HARBOR_KITE=0 switches the messaging socket off: the asyncRewake hooks will wake the session',
+      },
+    ];
   }
-  return [{ path: 'socket', why: `expected with Claude Code ${version.join('.')} (no session runs here yet: start claude and check again to confirm)` }];
+  return [
+    {
+      path: 'socket',
+      why: `expected with Claude Code ${version.join('.')} (no session runs here yet: start claude and check again to confirm)`,
+    },
+  ];
 }
 
 function check(opts: AttachOptions, dir: string): void {
   const results = checkPaths(opts, dir);
   if (opts.json) return void process.stdout.write(JSON.stringify(results) + '\n');
   for (const r of results) {
-    const who = r.session ? `session ${r.session.pid}${r.session.version ? ` (Claude Code ${r.session.version})` : ''}: ` : '';
+    const who = r.session
+      ? `session ${r.session.pid}${r.session.version ? ` (Claude Code ${r.session.version})` : ''}: `
+      : '';
     process.stdout.write(`${r.path}\t${who}${r.why}\n`);
   }
 }

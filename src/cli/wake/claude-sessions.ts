@@ -85,7 +85,9 @@ export function findSession(
     const s = readSession(path.join(sessionsDir(env), `${by.pid}.json`));
     if (s && s.pid === by.pid && pidAlive(s.pid)) return s;
   }
-  const matches = (s: ClaudeSession) => (!by.pid || s.pid === by.pid) && ((by.socket && s.messagingSocketPath === by.socket) || (by.sessionId && s.sessionId === by.sessionId));
+  const matches = (s: ClaudeSession) =>
+    (!by.pid || s.pid === by.pid) &&
+    ((by.socket && s.messagingSocketPath === by.socket) || (by.sessionId && s.sessionId === by.sessionId));
   return liveSessions(env).find(matches) ?? null;
 }
 
@@ -105,6 +107,7 @@ export function parseVersion(text: string | null | undefined): number[] | null {
 /** Whether a version is at least the one that wakes: older ones may run an asyncRewake hook in the foreground. */
 export function wakes(version: readonly number[] | null): boolean {
   if (!version) return false;
-  for (let i = 0; i < FIRST_WAKE_VERSION.length; i++) if (version[i] !== FIRST_WAKE_VERSION[i]) return version[i]! > FIRST_WAKE_VERSION[i]!;
+  for (let i = 0; i < FIRST_WAKE_VERSION.length; i++)
+    if (version[i] !== FIRST_WAKE_VERSION[i]) return version[i]! > FIRST_WAKE_VERSION[i]!;
   return true;
 }

@@ -66,7 +66,11 @@ export function permissionClass(mode: string | null | undefined): PermissionClas
 }
 
 /** The mode a Claude Code process was started in: its command line, else the settings it reads. */
-export function startupPermissionMode(pid: number | null, cwd: string | null, env: NodeJS.ProcessEnv = process.env): string | null {
+export function startupPermissionMode(
+  pid: number | null,
+  cwd: string | null,
+  env: NodeJS.ProcessEnv = process.env,
+): string | null {
   if (pid) {
     try {
       const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
@@ -85,7 +89,8 @@ export function startupPermissionMode(pid: number | null, cwd: string | null, en
   let mode: string | null = null;
   for (const f of files) {
     try {
-      const m = (JSON.parse(readFileSync(f, 'utf8')) as { permissions?: { defaultMode?: unknown } }).permissions?.defaultMode;
+      const m = (JSON.parse(readFileSync(f, 'utf8')) as { permissions?: { defaultMode?: unknown } }).permissions
+        ?.defaultMode;
       if (typeof m === 'string') mode = m;
     } catch {
       // Missing or not JSON: nothing to learn here.
@@ -129,7 +134,9 @@ export function ring(r: Ring): Promise<void> {
   ];
   return new Promise((resolve, reject) => {
     const conn = createConnection(r.socket, () => conn.end(lines.map((l) => JSON.stringify(l) + '\n').join('')));
-    conn.setTimeout(5_000, () => conn.destroy(new Error(`the session socket ${r.socket} did not take the doorbell in 5 s`)));
+    conn.setTimeout(5_000, () =>
+      conn.destroy(new Error(`the session socket ${r.socket} did not take the doorbell in 5 s`)),
+    );
     conn.on('error', reject);
     conn.on('close', (hadError) => {
       if (!hadError) resolve();

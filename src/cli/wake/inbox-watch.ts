@@ -10,7 +10,10 @@ import type { InboxSummary } from '../../domain/messages.js';
 /** What the stream says of the inbox: the summary, and how many MCP sessions the agent has open. */
 export type InboxState = InboxSummary & { mcp_sessions?: number };
 
-export type WatchEnd = { kind: 'ended'; reason: string } | { kind: 'refused'; status: number; message: string } | { kind: 'aborted' };
+export type WatchEnd =
+  | { kind: 'ended'; reason: string }
+  | { kind: 'refused'; status: number; message: string }
+  | { kind: 'aborted' };
 
 export interface WatchOptions {
   server: string;
@@ -83,7 +86,9 @@ async function once(opts: WatchOptions): Promise<WatchEnd | 'reconnect'> {
   expect(ANSWER_MS, `the server did not answer in ${ANSWER_MS / 1000} s`);
   try {
     if (opts.signal.aborted) connection.abort();
-    return await follow(opts, connection.signal, () => expect(SILENCE_MS, `nothing from the server in ${SILENCE_MS / 1000} s`));
+    return await follow(opts, connection.signal, () =>
+      expect(SILENCE_MS, `nothing from the server in ${SILENCE_MS / 1000} s`),
+    );
   } catch (err) {
     if (silence && !opts.signal.aborted) throw new Error(silence);
     throw err;

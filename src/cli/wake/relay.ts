@@ -37,7 +37,8 @@ export function readToken(file: string): string {
   return token;
 }
 
-const log = (line: string) => process.stderr.write(`${new Date().toISOString()} beidou relay[${process.pid}]: ${line}\n`);
+const log = (line: string) =>
+  process.stderr.write(`${new Date().toISOString()} beidou relay[${process.pid}]: ${line}\n`);
 export async function relay(opts: RelayOptions): Promise<void> {
   const state = new WakeState(opts.home);
   if (!state.lockRelay(opts.socket)) {
@@ -46,7 +47,15 @@ export async function relay(opts: RelayOptions): Promise<void> {
   }
   const claudeKey = opts.claudePid ? `pid:${opts.claudePid}` : `sid:${opts.sessionId}`;
   const since = Date.now();
-  const record = () => state.recordSession(claudeKey, { path: 'socket', pid: process.pid, agent_id: opts.agentId, session_id: opts.sessionId, socket: opts.socket, since });
+  const record = () =>
+    state.recordSession(claudeKey, {
+      path: 'socket',
+      pid: process.pid,
+      agent_id: opts.agentId,
+      session_id: opts.sessionId,
+      socket: opts.socket,
+      since,
+    });
   record();
   const stop = new AbortController();
   let why = 'stopped';
@@ -98,7 +107,9 @@ export async function relay(opts: RelayOptions): Promise<void> {
           continue;
         }
         const sessionId = session?.sessionId ?? opts.sessionId;
-        const mode = permissionClass(state.modeOf(sessionId) ?? startupPermissionMode(opts.claudePid, session?.cwd ?? null));
+        const mode = permissionClass(
+          state.modeOf(sessionId) ?? startupPermissionMode(opts.claudePid, session?.cwd ?? null),
+        );
         const summary = latest;
         try {
           await ring({ socket: opts.socket, sessionId, token: opts.messagingToken, summary, mode });
@@ -127,7 +138,8 @@ export async function relay(opts: RelayOptions): Promise<void> {
       signal: stop.signal,
       onTrouble: log,
       onSummary: (s) => {
-        if (!latest) log(`following the inbox of ${opts.agentId ?? 'the agent'} for ${opts.socket}: ${s.count} waiting`);
+        if (!latest)
+          log(`following the inbox of ${opts.agentId ?? 'the agent'} for ${opts.socket}: ${s.count} waiting`);
         if (s.latest !== latest?.latest) pendingSince = Date.now();
         latest = s;
         void ringWhenIdle();

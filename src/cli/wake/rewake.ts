@@ -35,7 +35,14 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
   const claudeKey = session ? `pid:${session.pid}` : `sid:${opts.sessionId}`;
   // One waiter per Claude Code process, not per session id: /clear starts a new id in the same process.
   state.claimWaiter(claudeKey);
-  state.recordSession(claudeKey, { path: 'rewake', pid: process.pid, agent_id: opts.agentId, session_id: opts.sessionId, socket: null, since: Date.now() });
+  state.recordSession(claudeKey, {
+    path: 'rewake',
+    pid: process.pid,
+    agent_id: opts.agentId,
+    session_id: opts.sessionId,
+    socket: null,
+    since: Date.now(),
+  });
   const parent = process.ppid;
   const stop = new AbortController();
   let latest: InboxState | null = null;
@@ -44,7 +51,8 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
 
   // Stand down when a newer waiter took over, or when the session is gone.
   const live = setInterval(() => {
-    if (!state.isNewestWaiter(claudeKey) || process.ppid !== parent || (session && !pidAlive(session.pid))) stop.abort();
+    if (!state.isNewestWaiter(claudeKey) || process.ppid !== parent || (session && !pidAlive(session.pid)))
+      stop.abort();
   }, 1_000);
 
   const idle = () => findSession({ pid: session?.pid, sessionId: opts.sessionId })?.status !== 'busy';

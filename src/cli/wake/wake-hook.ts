@@ -29,7 +29,9 @@ const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'm
 /** The agent a token names (its `sub` claim), for logs and `--check`; the server checks the token itself. */
 export function agentOfToken(token: string): string | null {
   try {
-    const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as { sub?: unknown };
+    const payload = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as {
+      sub?: unknown;
+    };
     return typeof payload.sub === 'string' ? payload.sub : null;
   } catch {
     return null;
@@ -56,17 +58,40 @@ export async function wakeHook(event: 'session-start' | 'rewake', ctx: WakeHookC
   // A Claude Code that does not know asyncRewake would run this hook in the foreground and
   // hang its session: wait only where the session file shows a version that runs it in the background.
   if (!session || !wakes(parseVersion(session.version))) {
-    process.stderr.write(`beidou hook: not waiting for mail: ${session ? `Claude Code ${session.version ?? '(unknown version)'}` : 'this session is not in Claude Code\'s sessions folder'} may not run asyncRewake hooks in the background; messages arrive after a tool call, at a stop, or by read_inbox\n`);
+    process.stderr.write(
+      `beidou hook: not waiting for mail: ${session ? `Claude Code ${session.version ?? '(unknown version)'}` : "this session is not in Claude Code's sessions folder"} may not run asyncRewake hooks in the background; messages arrive after a tool call, at a stop, or by read_inbox\n`,
+    );
     return 0;
   }
-  return rewakeWait({ server: ctx.server, tokenFile: ctx.tokenFile, token: ctx.token, home, sessionId: ctx.sessionId, claudePid: session.pid, agentId });
+  return rewakeWait({
+    server: ctx.server,
+    tokenFile: ctx.tokenFile,
+    token: ctx.token,
+    home,
+    sessionId: ctx.sessionId,
+    claudePid: session.pid,
+    agentId,
+  });
 }
 
-function startRelay(o: WakeHookContext & { home: string; agentId: string | null; socket: string; claudePid: number | null }): void {
+function startRelay(
+  o: WakeHookContext & { home: string; agentId: string | null; socket: string; claudePid: number | null },
+): void {
   const state = new WakeState(o.home);
   if (state.relayOf(o.socket) !== null) return;
   const log = openSync(state.relayLog(o.claudePid ?? o.sessionId), 'a', 0o600);
-  const args = [MAIN, 'relay', '--socket', o.socket, '--session-id', o.sessionId, '--server', o.server, '--home', o.home];
+  const args = [
+    MAIN,
+    'relay',
+    '--socket',
+    o.socket,
+    '--session-id',
+    o.sessionId,
+    '--server',
+    o.server,
+    '--home',
+    o.home,
+  ];
   if (o.tokenFile) args.push('--token-file', o.tokenFile);
   if (o.claudePid) args.push('--claude-pid', String(o.claudePid));
   if (o.agentId) args.push('--agent', o.agentId);

@@ -104,7 +104,11 @@ export class SpawnerConnections {
         max_agents: conn?.maxAgents ?? null,
         last_heartbeat_at: this.lastBeat.get(spawnerId) ?? 0,
         // pid: the process the spawner last reported for it (null: none reported, or between two).
-        agents: agentsOf(state, spawnerId).map((a) => ({ agent_id: a.agent_id, status: agentStatus(a), pid: this.reported.get(spawnerId)?.get(a.agent_id) ?? null })),
+        agents: agentsOf(state, spawnerId).map((a) => ({
+          agent_id: a.agent_id,
+          status: agentStatus(a),
+          pid: this.reported.get(spawnerId)?.get(a.agent_id) ?? null,
+        })),
       };
     });
   }

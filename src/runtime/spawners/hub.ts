@@ -1,7 +1,14 @@
 import type { Logger } from 'pino';
 import type { DomainContext } from '../../domain/context.js';
 import { reconcile } from '../../domain/reconcile.js';
-import { agentStarted, agentsOf, resumable, spawnerLost, spawnerReport, terminationAcknowledged } from '../../domain/spawners.js';
+import {
+  agentStarted,
+  agentsOf,
+  resumable,
+  spawnerLost,
+  spawnerReport,
+  terminationAcknowledged,
+} from '../../domain/spawners.js';
 import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
 import type { TokenService } from '../../identity/tokens.js';
 import type { RunningAgent } from '../../protocol/spawner.js';
@@ -67,7 +74,13 @@ export class SpawnerHub {
     this.connections.add(conn);
     const { config } = this.deps.domain;
     const held = agentsOf(this.registry.state, spawnerId);
-    send({ type: 'hello', spawner_id: spawnerId, heartbeat_s: config.spawnerHeartbeatS, terminate_grace_s: config.terminateGraceS, agents: held.map((a) => a.agent_id) });
+    send({
+      type: 'hello',
+      spawner_id: spawnerId,
+      heartbeat_s: config.spawnerHeartbeatS,
+      terminate_grace_s: config.terminateGraceS,
+      agents: held.map((a) => a.agent_id),
+    });
     // Re-send what it may have missed while away: launches, terminates and deliveries.
     for (const agent of held) {
       this.deps.inboxes.release(agent.agent_id);
@@ -81,7 +94,8 @@ export class SpawnerHub {
 
   disconnect(spawnerId: string, send: Connection['send']): void {
     // Its agents stay assigned until three heartbeats are missed: a stream can reconnect.
-    if (this.connections.remove(spawnerId, send)) this.deps.logger.info({ spawner: spawnerId }, 'spawner stream closed');
+    if (this.connections.remove(spawnerId, send))
+      this.deps.logger.info({ spawner: spawnerId }, 'spawner stream closed');
   }
 
   /** A beat; with `reported` (what the spawner runs) the registry is reconciled with it. */
@@ -98,18 +112,24 @@ export class SpawnerHub {
    */
   private async reconcile(spawnerId: string, reported: RunningAgent[]): Promise<void> {
     this.connections.report(spawnerId, reported);
-    const outcome = reconcile(this.deps.domain, spawnerId, reported, this.deps.clock.now(), (id) => this.startedAt.get(id));
+    const outcome = reconcile(this.deps.domain, spawnerId, reported, this.deps.clock.now(), (id) =>
+      this.startedAt.get(id),
+    );
     const conn = this.connections.get(spawnerId);
     // Sent at once, before any commit is awaited, so a launch the scheduler assigns it later follows the stop.
     for (const s of outcome.stop) conn?.send({ type: 'stop', agent_id: s.agent_id, reason: s.reason });
     if (outcome.drafts.length === 0) return;
-    this.deps.logger.warn({ spawner: spawnerId, missing: outcome.drafts.filter((d) => d.event === 'agent_crashed').length }, 'agents believed running are not; counted as crashes');
+    this.deps.logger.warn(
+      { spawner: spawnerId, missing: outcome.drafts.filter((d) => d.event === 'agent_crashed').length },
+      'agents believed running are not; counted as crashes',
+    );
     await this.registry.commit(outcome.drafts);
     for (const id of outcome.relaunch) {
       this.deps.inboxes.release(id);
       const agent = this.registry.agent(id);
       const now = this.connections.get(spawnerId);
-      if (agent && now && agent.spawner_id === spawnerId && !agent.running && !agent.terminate_posted) await this.scheduler.launch(now, agent, resumable(agent));
+      if (agent && now && agent.spawner_id === spawnerId && !agent.running && !agent.terminate_posted)
+        await this.scheduler.launch(now, agent, resumable(agent));
     }
   }
 
@@ -118,7 +138,9 @@ export class SpawnerHub {
     const now = this.deps.clock.now();
     for (const spawnerId of this.connections.tracked()) {
       if (!this.connections.dropIfSilent(spawnerId, now)) continue;
-      await this.lose(spawnerId).catch((err: unknown) => this.deps.logger.error({ err, spawnerId }, 'could not release a lost spawner'));
+      await this.lose(spawnerId).catch((err: unknown) =>
+        this.deps.logger.error({ err, spawnerId }, 'could not release a lost spawner'),
+      );
     }
   }
 
@@ -179,7 +201,13 @@ export class SpawnerHub {
     if (drafts.length > 0) await this.registry.commit([...drafts, ...mark]);
   }
 
-  async started(spawnerId: string, agentId: string, sessionId: string | null, resumed: boolean, mark: EventDraft[] = []): Promise<void> {
+  async started(
+    spawnerId: string,
+    agentId: string,
+    sessionId: string | null,
+    resumed: boolean,
+    mark: EventDraft[] = [],
+  ): Promise<void> {
     const drafts = agentStarted(this.registry.state, spawnerId, agentId, sessionId, resumed);
     // Before the commit: a heartbeat handled while it syncs must already see the start as new.
     this.startedAt.set(agentId, this.deps.clock.now());

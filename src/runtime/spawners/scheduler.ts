@@ -46,7 +46,10 @@ export class Scheduler {
     for (const agent of state.agents.values()) {
       if (!schedulable(state, agent)) continue;
       // Connections can come and go while a launch is sent: look again each time.
-      const target = this.connections.all().filter((c) => (load.get(c.spawnerId) ?? 0) < c.maxAgents).sort((x, y) => share(x) - share(y))[0];
+      const target = this.connections
+        .all()
+        .filter((c) => (load.get(c.spawnerId) ?? 0) < c.maxAgents)
+        .sort((x, y) => share(x) - share(y))[0];
       if (!target) break;
       load.set(target.spawnerId, (load.get(target.spawnerId) ?? 0) + 1);
       const resume = resumable(agent);

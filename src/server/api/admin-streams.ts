@@ -35,12 +35,21 @@ export class AdminStreams {
   }
 
   /** Starts the stream on `res`, or returns null when there is none to feed (client gone, HEAD, stopping). */
-  async open(req: Request, res: Response, options: Pick<SessionOptions, 'serializer'> = {}): Promise<AdminStream | null> {
+  async open(
+    req: Request,
+    res: Response,
+    options: Pick<SessionOptions, 'serializer'> = {},
+  ): Promise<AdminStream | null> {
     // The client may have gone while its token was checked: a stream opened now would hold a place for ever.
     if (res.closed || req.socket.destroyed) return null;
     if (this.count >= this.max) {
       throw fromDomainError(
-        limitExceeded('admin_streams', this.max, settingName('maxAdminStreams'), `${this.max} admin streams (task events and task list) are already open; close one first`),
+        limitExceeded(
+          'admin_streams',
+          this.max,
+          settingName('maxAdminStreams'),
+          `${this.max} admin streams (task events and task list) are already open; close one first`,
+        ),
       );
     }
     // Express runs GET routes for HEAD too, and Node sends a HEAD's headers only at its end.

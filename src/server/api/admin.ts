@@ -28,7 +28,9 @@ const sendBody = z.strictObject({ content: z.string().min(1, 'must not be empty'
 const emptyBody = z.strictObject({});
 const answerBody = z.strictObject({
   answers: z
-    .array(z.strictObject({ selected_labels: z.array(z.string()).default([]), text: z.string().nullable().default(null) }))
+    .array(
+      z.strictObject({ selected_labels: z.array(z.string()).default([]), text: z.string().nullable().default(null) }),
+    )
     .min(1, 'must hold one answer per sub-question'),
 });
 const declineBody = z.strictObject({ reason: z.string().trim().min(1, 'must say why') });
@@ -77,7 +79,12 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
   // A quarantined task's log failed verification at start: shown, never written to.
   const quarantined = (taskId: string): never => {
     const { quarantine } = registry.quarantined.get(taskId)!;
-    throw new ApiError(409, 'task_quarantined', `task ${taskId} is quarantined: ${quarantine.file} line ${quarantine.line}: ${quarantine.reason}; repair it with beidou doctor --repair while the server is stopped`, { task_id: taskId, quarantine });
+    throw new ApiError(
+      409,
+      'task_quarantined',
+      `task ${taskId} is quarantined: ${quarantine.file} line ${quarantine.line}: ${quarantine.reason}; repair it with beidou doctor --repair while the server is stopped`,
+      { task_id: taskId, quarantine },
+    );
   };
   const taskOr404 = (id: string) => {
     const task = registry.task(id);
@@ -121,11 +128,16 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
   api.post('/tasks/:id/terminate', admin, async (req, res) => {
     parseOr400(emptyBody, req.body);
     const archived = registry.archived.get(param(req, 'id'));
-    if (archived) throw new ApiError(409, 'already_terminating', `task ${archived.task_id} is already ${archived.task.status}`);
+    if (archived)
+      throw new ApiError(409, 'already_terminating', `task ${archived.task_id} is already ${archived.task.status}`);
     const task = taskOr404(param(req, 'id'));
     const root = registry.agent(task.root_agent_id)!;
     if (task.status !== 'running' || root.terminate_posted) {
-      throw new ApiError(409, 'already_terminating', `task ${task.task_id} is already ${task.status === 'running' ? 'terminating' : task.status}`);
+      throw new ApiError(
+        409,
+        'already_terminating',
+        `task ${task.task_id} is already ${task.status === 'running' ? 'terminating' : task.status}`,
+      );
     }
     await registry.commit(terminationDrafts(registry.state, USER, root, 'admin'));
     res.json({ ok: true });
@@ -136,7 +148,9 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     const archived = registry.archived.has(id);
     const task = archived ? null : taskOr404(id);
     const { since, limit } = parseOr400(eventsQuery, req.query);
-    const events = task ? registry.log.read(task.task_id, since, limit) : await registry.log.readStored(id, since, limit);
+    const events = task
+      ? registry.log.read(task.task_id, since, limit)
+      : await registry.log.readStored(id, since, limit);
     res.json({ events, cursor: events.length > 0 ? events[events.length - 1]!.seq : since });
   });
 
@@ -201,9 +215,15 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
 
   api.post('/agents/:id/token', admin, async (req, res) => {
     parseOr400(emptyBody, req.body);
-    const agent = registry.archivedAgents.has(param(req, 'id')) ? (await archivedAgent(param(req, 'id'))).agent : agentOr404(param(req, 'id'));
+    const agent = registry.archivedAgents.has(param(req, 'id'))
+      ? (await archivedAgent(param(req, 'id'))).agent
+      : agentOr404(param(req, 'id'));
     if (agent.terminate_consumed) {
-      throw new ApiError(409, 'agent_terminated', `agent ${agent.agent_id} has been terminated; a token for it would not work`);
+      throw new ApiError(
+        409,
+        'agent_terminated',
+        `agent ${agent.agent_id} has been terminated; a token for it would not work`,
+      );
     }
     res.json({ token: await tokens.mintAgent(agent.agent_id, agent.task_id) });
   });
@@ -223,7 +243,8 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     try {
       drafts = decide(ctx);
     } catch (err) {
-      if (err instanceof DomainError && err.code === 'stale') throw new ApiError(409, 'already_answered', err.message, err.details);
+      if (err instanceof DomainError && err.code === 'stale')
+        throw new ApiError(409, 'already_answered', err.message, err.details);
       throw err;
     }
     if (archivedIn) throw new ApiError(409, 'already_answered', `question ${qid} is settled (its task is archived)`);
@@ -267,12 +288,22 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
  */
 function resumeCursor(lastEventId: string | undefined, since: number, head: number): number {
   if (lastEventId !== undefined && !/^\d{1,15}$/.test(lastEventId.trim())) {
-    throw new ApiError(400, 'invalid_input', 'Last-Event-ID: must be a whole non-negative number (the seq of the last event received)', { field: 'Last-Event-ID' });
+    throw new ApiError(
+      400,
+      'invalid_input',
+      'Last-Event-ID: must be a whole non-negative number (the seq of the last event received)',
+      { field: 'Last-Event-ID' },
+    );
   }
   const cursor = lastEventId !== undefined ? Number(lastEventId.trim()) : since;
   if (cursor > head) {
     const field = lastEventId !== undefined ? 'Last-Event-ID' : 'since';
-    throw new ApiError(400, 'invalid_input', `${field}: ${cursor} is beyond the last event of this task (seq ${head})`, { field, head });
+    throw new ApiError(
+      400,
+      'invalid_input',
+      `${field}: ${cursor} is beyond the last event of this task (seq ${head})`,
+      { field, head },
+    );
   }
   return cursor;
 }

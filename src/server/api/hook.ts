@@ -27,7 +27,12 @@ const REVIEW_GATE_TOOLS = new Set(['Read', 'Glob', 'Grep', 'Bash']);
 
 const preToolBody = z.object({ tool_name: z.string().min(1), tool_input: z.unknown().optional() });
 
-export function hookApi(services: Services, auth: Authenticator, sessions: Pick<McpSessions, 'sessionsOf' | 'watchSessions'>, stopping: AbortSignal): Router {
+export function hookApi(
+  services: Services,
+  auth: Authenticator,
+  sessions: Pick<McpSessions, 'sessionsOf' | 'watchSessions'>,
+  stopping: AbortSignal,
+): Router {
   const { registry, inboxes } = services;
   const api = Router();
   api.use(auth.require('agent'), jsonBody); // the token first, the body after
@@ -52,10 +57,17 @@ export function hookApi(services: Services, auth: Authenticator, sessions: Pick<
     }
     if (tool_name === 'AskUserQuestion') {
       const questions = (tool_input as { questions?: unknown } | undefined)?.questions;
-      await registry.commit([{ event: 'ask_user_question.redirected', ...base, questions_count: Array.isArray(questions) ? questions.length : 0 }]);
+      await registry.commit([
+        {
+          event: 'ask_user_question.redirected',
+          ...base,
+          questions_count: Array.isArray(questions) ? questions.length : 0,
+        },
+      ]);
       return void res.json({
         decision: 'deny',
-        reason: 'Ask with mcp__beidou__ask_user instead (same question shape): it goes to your leader first, who answers or escalates it to the user.',
+        reason:
+          'Ask with mcp__beidou__ask_user instead (same question shape): it goes to your leader first, who answers or escalates it to the user.',
       });
     }
     // Beidou's own tools are gated by the server when called; here only Claude Code's.
@@ -89,7 +101,11 @@ export function hookApi(services: Services, auth: Authenticator, sessions: Pick<
   api.post('/stop', async (req, res) => {
     const { messages, text } = await handOver(req, res);
     if (messages.length === 0) return void res.json({ block: false });
-    res.json({ block: true, messages, reason: `Messages arrived in your Beidou inbox; handle them before stopping:\n\n${text}` });
+    res.json({
+      block: true,
+      messages,
+      reason: `Messages arrived in your Beidou inbox; handle them before stopping:\n\n${text}`,
+    });
   });
 
   return api;

@@ -23,7 +23,11 @@ const KEEP_ALIVE_MS = 15_000;
  * the stream. `mcp_sessions` (the agent's open MCP sessions) lets the relay hold a doorbell
  * until the client has reconnected after a server restart, so its read_inbox can work.
  */
-export function inboxStream(services: Services, sessions: Pick<McpSessions, 'sessionsOf' | 'watchSessions'>, stopping: AbortSignal) {
+export function inboxStream(
+  services: Services,
+  sessions: Pick<McpSessions, 'sessionsOf' | 'watchSessions'>,
+  stopping: AbortSignal,
+) {
   const { registry, config } = services;
   const open = new Map<string, number>();
 
@@ -83,7 +87,10 @@ export function inboxStream(services: Services, sessions: Pick<McpSessions, 'ses
       const agent = registry.agent(agentId);
       if (!agent) return finish();
       const ended = inboxWatchEnd(registry.state, agent);
-      const summary = JSON.stringify({ ...inboxSummary(registry.state, agent), mcp_sessions: sessions.sessionsOf(agentId) });
+      const summary = JSON.stringify({
+        ...inboxSummary(registry.state, agent),
+        mcp_sessions: sessions.sessionsOf(agentId),
+      });
       try {
         if (summary !== last) {
           last = summary;

@@ -4,7 +4,16 @@ import { zodToInvalidInput } from '../../domain/errors.js';
 import { NotYourAgent, spooledMark, spoolHighWater } from '../../domain/spawners.js';
 import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../../events/catalogue.js';
 import { UnstorableEventError } from '../../events/event-log.js';
-import { ackBody, eventsBody, heartbeatBody, INSTANCE_HEADER, SPOOL_SEQ_HEADER, startedBody, streamQuery, type SpawnerCommand } from '../../protocol/spawner.js';
+import {
+  ackBody,
+  eventsBody,
+  heartbeatBody,
+  INSTANCE_HEADER,
+  SPOOL_SEQ_HEADER,
+  startedBody,
+  streamQuery,
+  type SpawnerCommand,
+} from '../../protocol/spawner.js';
 import type { Services } from '../../runtime/services.js';
 import type { Authenticator } from '../http/auth.js';
 import { jsonBody } from '../http/body.js';
@@ -28,7 +37,11 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     if (p?.kind !== 'spawner') throw new Error('spawner route without a spawner principal');
     const instance = req.header(INSTANCE_HEADER) ?? '';
     if (!/^[A-Za-z0-9._:-]{1,100}$/.test(instance)) {
-      throw new ApiError(400, 'invalid_input', `${INSTANCE_HEADER}: must name this spawner instance ([A-Za-z0-9._:-], at most 100)`);
+      throw new ApiError(
+        400,
+        'invalid_input',
+        `${INSTANCE_HEADER}: must name this spawner instance ([A-Za-z0-9._:-], at most 100)`,
+      );
     }
     return `${p.spawnerId}.${instance}`;
   };
@@ -37,7 +50,8 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
   const spoolSeq = (req: Request): number | null => {
     const raw = req.header(SPOOL_SEQ_HEADER);
     if (raw === undefined) return null;
-    if (!/^[1-9][0-9]{0,14}$/.test(raw)) throw new ApiError(400, 'invalid_input', `${SPOOL_SEQ_HEADER}: must be a positive integer`);
+    if (!/^[1-9][0-9]{0,14}$/.test(raw))
+      throw new ApiError(400, 'invalid_input', `${SPOOL_SEQ_HEADER}: must be a positive integer`);
     return Number(raw);
   };
   const replayed = (id: string, seq: number | null) => seq !== null && seq <= spoolHighWater(registry.state, id);
@@ -55,7 +69,10 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     const { max_agents, name } = parseOr400(streamQuery, req.query);
     // A keep-alive every heartbeat: a spawner that hears nothing for three of them drops
     // the stream and reconnects (a paused or lost server, a balancer holding a dead one).
-    const session = await createSession(req, res, { keepAlive: services.config.spawnerHeartbeatS * 1000, trustClientEventId: false });
+    const session = await createSession(req, res, {
+      keepAlive: services.config.spawnerHeartbeatS * 1000,
+      trustClientEventId: false,
+    });
     let seq = 0;
     const send = (command: SpawnerCommand) => {
       if (session.isConnected) session.push(command, 'command', String(++seq));
@@ -99,7 +116,9 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     const agentId = String(req.params.id);
     const seq = spoolSeq(req);
     if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
-    await mine(() => spawners.started(id, agentId, body.session_id, body.resumed, spooledMark(registry.state, id, agentId, seq)));
+    await mine(() =>
+      spawners.started(id, agentId, body.session_id, body.resumed, spooledMark(registry.state, id, agentId, seq)),
+    );
     res.json({ ok: true });
   });
 
@@ -115,7 +134,9 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     const drafts = events.map((raw, i) => {
       const name = raw.event;
       if (typeof name !== 'string' || !(SPAWNER_EVENTS as readonly string[]).includes(name)) {
-        throw new ApiError(400, 'invalid_input', `events[${i}].event: must be one of ${SPAWNER_EVENTS.join(', ')}`, { field: `events[${i}].event` });
+        throw new ApiError(400, 'invalid_input', `events[${i}].event: must be one of ${SPAWNER_EVENTS.join(', ')}`, {
+          field: `events[${i}].event`,
+        });
       }
       const schema = EVENT_FIELDS[name as (typeof SPAWNER_EVENTS)[number]];
       // Identity comes from the route (the agent this spawner runs), never from the payload;
@@ -129,18 +150,27 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
       const parsed = schema.safeParse({ ...raw, ...identity });
       if (!parsed.success) {
         const err = fromDomainError(zodToInvalidInput(parsed.error));
-        throw new ApiError(400, 'invalid_input', `events[${i}] (${name}) ${err.message}`, { field: `events[${i}].${String(err.details?.field ?? '')}` });
+        throw new ApiError(400, 'invalid_input', `events[${i}] (${name}) ${err.message}`, {
+          field: `events[${i}].${String(err.details?.field ?? '')}`,
+        });
       }
       return { event: name, task_id: agent.task_id, ...parsed.data } as EventDraft;
     });
-    await mine(() => spawners.report(id, agentId, drafts, spooledMark(registry.state, id, agentId, seq))).catch((err: unknown) => {
-      // Serialised before any of it is numbered: nothing of the batch was written.
-      if (err instanceof UnstorableEventError && err.index < drafts.length) {
-        const i = err.index;
-        throw new ApiError(400, 'invalid_input', `events[${i}] (${drafts[i]!.event}) cannot be stored: ${err.reason}`, { field: `events[${i}]` });
-      }
-      throw err;
-    });
+    await mine(() => spawners.report(id, agentId, drafts, spooledMark(registry.state, id, agentId, seq))).catch(
+      (err: unknown) => {
+        // Serialised before any of it is numbered: nothing of the batch was written.
+        if (err instanceof UnstorableEventError && err.index < drafts.length) {
+          const i = err.index;
+          throw new ApiError(
+            400,
+            'invalid_input',
+            `events[${i}] (${drafts[i]!.event}) cannot be stored: ${err.reason}`,
+            { field: `events[${i}]` },
+          );
+        }
+        throw err;
+      },
+    );
     res.json({ ok: true, accepted: drafts.length });
   });
 

@@ -1,7 +1,15 @@
 import { agentStatus, pendingAtGateway } from '../../registry/queries.js';
 import type { ArchivedTask } from '../../registry/archive.js';
 import type { QuarantinedTask } from '../../registry/quarantine.js';
-import { USER, type AgentRecord, type PlanRecord, type QuestionRecord, type RegistryState, type TaskRecord, type TeamRecord } from '../../registry/state.js';
+import {
+  USER,
+  type AgentRecord,
+  type PlanRecord,
+  type QuestionRecord,
+  type RegistryState,
+  type TaskRecord,
+  type TeamRecord,
+} from '../../registry/state.js';
 
 /** JSON views of registry records for the admin API (inboxes as counts, ids as strings). */
 
@@ -86,7 +94,17 @@ export function taskSummary(state: RegistryState, t: TaskRecord) {
 
 export function taskDetail(state: RegistryState, t: TaskRecord) {
   const agents = t.agent_ids.map((id) => state.agents.get(id)).filter((a): a is AgentRecord => a !== undefined);
-  const stats = { agents: agents.length, live_agents: 0, teams: t.team_ids.length, events: t.event_count, input_tokens: 0, output_tokens: 0, cost_usd: 0, messages: 0, undelivered: 0 };
+  const stats = {
+    agents: agents.length,
+    live_agents: 0,
+    teams: t.team_ids.length,
+    events: t.event_count,
+    input_tokens: 0,
+    output_tokens: 0,
+    cost_usd: 0,
+    messages: 0,
+    undelivered: 0,
+  };
   for (const a of agents) {
     if (!a.terminate_consumed) stats.live_agents++;
     stats.input_tokens += a.stats.input_tokens;
@@ -100,9 +118,18 @@ export function taskDetail(state: RegistryState, t: TaskRecord) {
   return {
     task: taskView(t),
     agents: agents.map(agentView),
-    teams: t.team_ids.map((id) => state.teams.get(id)).filter((x): x is TeamRecord => x !== undefined).map(teamView),
-    plans: t.plan_ids.map((id) => state.plans.get(id)).filter((p): p is PlanRecord => p !== undefined).map(planView),
-    questions: t.question_ids.map((id) => state.questions.get(id)).filter((q): q is QuestionRecord => q !== undefined).map(questionView),
+    teams: t.team_ids
+      .map((id) => state.teams.get(id))
+      .filter((x): x is TeamRecord => x !== undefined)
+      .map(teamView),
+    plans: t.plan_ids
+      .map((id) => state.plans.get(id))
+      .filter((p): p is PlanRecord => p !== undefined)
+      .map(planView),
+    questions: t.question_ids
+      .map((id) => state.questions.get(id))
+      .filter((q): q is QuestionRecord => q !== undefined)
+      .map(questionView),
     stats,
   };
 }
@@ -140,7 +167,11 @@ export function questionView(q: QuestionRecord) {
 }
 
 /** `GET /api/tasks` and the `tasks` event of `GET /api/tasks/stream`: every task, newest first, quarantined ones included. */
-export function taskListView(state: RegistryState, quarantined: Iterable<QuarantinedTask>, archived: Iterable<ArchivedTask>) {
+export function taskListView(
+  state: RegistryState,
+  quarantined: Iterable<QuarantinedTask>,
+  archived: Iterable<ArchivedTask>,
+) {
   return [
     ...[...state.tasks.values()].map((t) => taskSummary(state, t)),
     ...[...quarantined].map(quarantinedSummary),
@@ -157,7 +188,8 @@ export function taskListView(state: RegistryState, quarantined: Iterable<Quarant
 export function pendingQuestionsView(state: RegistryState) {
   const nameOf = (id: string | null) => (id === null ? null : (state.agents.get(id)?.name ?? id));
   return pendingAtGateway(state).map((q) => {
-    const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } = questionView(q);
+    const { qid, task_id, asker_agent_id, origin, subject_agent_id, questions, context, chain, created_at } =
+      questionView(q);
     return {
       qid,
       task_id,
@@ -183,7 +215,21 @@ function quarantinedTaskView(q: QuarantinedTask) {
   const t = q.state.tasks.get(q.task_id);
   const view = t
     ? taskView(t)
-    : { task_id: q.task_id, name: null, text: null, skill: null, model: null, workspace: null, spawn: null, root_agent_id: null, created_at: null, ended_at: null, end_reason: null, last_event_at: null, event_count: 0 };
+    : {
+        task_id: q.task_id,
+        name: null,
+        text: null,
+        skill: null,
+        model: null,
+        workspace: null,
+        spawn: null,
+        root_agent_id: null,
+        created_at: null,
+        ended_at: null,
+        end_reason: null,
+        last_event_at: null,
+        event_count: 0,
+      };
   return { ...view, status: 'quarantined' as const, quarantine: { ...q.quarantine } };
 }
 
@@ -197,7 +243,23 @@ export function quarantinedDetail(q: QuarantinedTask) {
   const t = q.state.tasks.get(q.task_id);
   const detail = t
     ? taskDetail(q.state, t)
-    : { agents: [], teams: [], plans: [], questions: [], stats: { agents: 0, live_agents: 0, teams: 0, events: 0, input_tokens: 0, output_tokens: 0, cost_usd: 0, messages: 0, undelivered: 0 } };
+    : {
+        agents: [],
+        teams: [],
+        plans: [],
+        questions: [],
+        stats: {
+          agents: 0,
+          live_agents: 0,
+          teams: 0,
+          events: 0,
+          input_tokens: 0,
+          output_tokens: 0,
+          cost_usd: 0,
+          messages: 0,
+          undelivered: 0,
+        },
+      };
   return { ...detail, task: quarantinedTaskView(q), quarantine: { ...q.quarantine } };
 }
 

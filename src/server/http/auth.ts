@@ -57,7 +57,10 @@ export class Authenticator {
     }
     if (claims.kind === 'spawner') return { kind: 'spawner', spawnerId: claims.sub };
     if (claims.task_id !== undefined && this.registry.quarantined.has(claims.task_id)) {
-      throw new AuthRefusal('task_quarantined', `task ${claims.task_id} is quarantined (its event log failed verification); its agents cannot act until it is repaired`);
+      throw new AuthRefusal(
+        'task_quarantined',
+        `task ${claims.task_id} is quarantined (its event log failed verification); its agents cannot act until it is repaired`,
+      );
     }
     const agent = this.registry.agent(claims.sub);
     if (!agent || agent.task_id !== claims.task_id) {
@@ -69,7 +72,10 @@ export class Authenticator {
       throw new AuthRefusal('unknown_agent', `no agent ${claims.sub} is registered in task ${claims.task_id ?? '?'}`);
     }
     if (agent.terminate_consumed) {
-      throw new AuthRefusal('agent_terminated', `agent ${agent.agent_id} has been terminated; its token no longer works`);
+      throw new AuthRefusal(
+        'agent_terminated',
+        `agent ${agent.agent_id} has been terminated; its token no longer works`,
+      );
     }
     return { kind: 'agent', agentId: agent.agent_id, taskId: agent.task_id };
   }
@@ -85,7 +91,11 @@ export class Authenticator {
         return next(err);
       }
       if (!kinds.includes(principal.kind)) {
-        return refuse(res, 'wrong_token_kind', `this endpoint takes ${kinds.join(' or ')} tokens, not ${principal.kind} tokens`);
+        return refuse(
+          res,
+          'wrong_token_kind',
+          `this endpoint takes ${kinds.join(' or ')} tokens, not ${principal.kind} tokens`,
+        );
       }
       req.principal = principal;
       next();
@@ -95,7 +105,10 @@ export class Authenticator {
 
 export function refuse(res: Response, code: AuthRefusalCode, message: string): void {
   // RFC 6750: a request without credentials gets no error attribute.
-  const challenge = code === 'missing_token' ? 'Bearer realm="beidou"' : `Bearer realm="beidou", error="invalid_token", error_description="${code}"`;
+  const challenge =
+    code === 'missing_token'
+      ? 'Bearer realm="beidou"'
+      : `Bearer realm="beidou", error="invalid_token", error_description="${code}"`;
   // Refused before its body is read: end the connection, whatever the client still claims to send.
   res.status(401).set({ 'WWW-Authenticate': challenge, Connection: 'close' });
   res.once('finish', () => res.req.socket.destroy());

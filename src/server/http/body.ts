@@ -16,19 +16,29 @@ export function jsonBody(req: Request, res: Response, next: NextFunction): void 
 
 /** `check` (authentication), then the body: one middleware, so routes keep their typing. */
 export function thenBody(check: RequestHandler): RequestHandler {
-  return (req, res, next) => check(req, res, (err?: unknown) => (err !== undefined ? next(err) : jsonBody(req, res, next)));
+  return (req, res, next) =>
+    check(req, res, (err?: unknown) => (err !== undefined ? next(err) : jsonBody(req, res, next)));
 }
 
 function bodyError(err: unknown): ApiError {
   const type = (err as { type?: string } | null)?.type;
   if (type === 'entity.parse.failed') return new ApiError(400, 'invalid_json', 'the request body is not valid JSON');
-  if (type === 'entity.too.large') return new ApiError(413, 'payload_too_large', `the request body is over ${BODY_LIMIT}`);
+  if (type === 'entity.too.large')
+    return new ApiError(413, 'payload_too_large', `the request body is over ${BODY_LIMIT}`);
   if (type === 'encoding.unsupported' || type === 'charset.unsupported') {
-    return new ApiError(415, 'unsupported_encoding', 'send the body as UTF-8 JSON (Content-Encoding identity, gzip, deflate or br)');
+    return new ApiError(
+      415,
+      'unsupported_encoding',
+      'send the body as UTF-8 JSON (Content-Encoding identity, gzip, deflate or br)',
+    );
   }
   // A corrupt gzip/deflate/br stream (zlib errors), a length that does not match, an
   // aborted upload: the body could not be read as sent.
-  return new ApiError(400, 'invalid_body', 'the request body could not be read (corrupt compression, or a length that does not match)');
+  return new ApiError(
+    400,
+    'invalid_body',
+    'the request body could not be read (corrupt compression, or a length that does not match)',
+  );
 }
 
 /**

@@ -41,7 +41,7 @@ function notBuilt(req: Request, res: Response): void {
       .send(
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Beidou: dashboard not built</title></head>' +
           '<body><h1>Beidou: the dashboard is not built</h1><p>The server runs, but its dashboard page has not been built. ' +
-          'In the server\'s folder run <code>npm run build</code> (it writes <code>dist/web/</code>), then reload this page.</p>' +
+          "In the server's folder run <code>npm run build</code> (it writes <code>dist/web/</code>), then reload this page.</p>" +
           '<p>The API works meanwhile: <a href="/api/health">/api/health</a>.</p></body></html>',
       );
   } else {
@@ -75,7 +75,13 @@ export function dashboard(webRoot: string): Router {
       secure(res);
       next();
     },
-    express.static(path.join(webRoot, 'assets'), { index: false, redirect: false, immutable: true, maxAge: '365d', fallthrough: true }),
+    express.static(path.join(webRoot, 'assets'), {
+      index: false,
+      redirect: false,
+      immutable: true,
+      maxAge: '365d',
+      fallthrough: true,
+    }),
   );
   return router;
 }

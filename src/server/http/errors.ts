@@ -35,7 +35,9 @@ export function fromDomainError(err: DomainError): ApiError {
 }
 
 export function sendError(res: Response, err: ApiError): void {
-  res.status(err.status).json({ error: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) });
+  res
+    .status(err.status)
+    .json({ error: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) });
 }
 
 /** Parses a request body or query with a strict zod schema; failures are 400 naming the field. */

@@ -33,7 +33,10 @@ function originHost(origin: string): string | null {
 }
 
 /** The middleware, or null when no check applies (and then it says so once). */
-export function hostGuard(config: Config, logger: Logger): ((req: Request, res: Response, next: NextFunction) => void) | null {
+export function hostGuard(
+  config: Config,
+  logger: Logger,
+): ((req: Request, res: Response, next: NextFunction) => void) | null {
   const loopbackOnly = isLoopbackHost(config.host);
   const allowed = new Set(config.allowedHosts);
   if (!loopbackOnly && allowed.size === 0) {
@@ -44,14 +47,16 @@ export function hostGuard(config: Config, logger: Logger): ((req: Request, res: 
     return null;
   }
   // An allow-list entry names a host, with or without its port.
-  const accepts = (hostWithPort: string) => isLoopbackHost(hostName(hostWithPort)) || allowed.has(hostWithPort) || allowed.has(hostName(hostWithPort));
+  const accepts = (hostWithPort: string) =>
+    isLoopbackHost(hostName(hostWithPort)) || allowed.has(hostWithPort) || allowed.has(hostName(hostWithPort));
 
   return (req, res, next) => {
     // A request without Host is not from a browser (browsers always send it): nothing to rebind.
     const host = req.headers.host;
     const origin = req.headers.origin;
     const bad = host !== undefined && !accepts(host.toLowerCase()) ? { header: 'host', value: host } : null;
-    const badOrigin = !bad && origin !== undefined && !accepts(originHost(origin) ?? '\0') ? { header: 'origin', value: origin } : null;
+    const badOrigin =
+      !bad && origin !== undefined && !accepts(originHost(origin) ?? '\0') ? { header: 'origin', value: origin } : null;
     const refused = bad ?? badOrigin;
     if (!refused) return next();
     closeIfBodyUnread(req, res);

@@ -73,14 +73,18 @@ function skillDescription(services: Services, name: string): string {
 /** `prompts/get`: the launch prompt of `agent` as one user message (an MCP prompt has no system role). */
 export function getLaunchPrompt(services: Services, agent: AgentRecord | undefined, name: string): GetPromptResult {
   if (name !== LAUNCH_PROMPT) {
-    throw new McpError(ErrorCode.InvalidParams, `no prompt named ${JSON.stringify(name).slice(0, 100)}; the one prompt is "${LAUNCH_PROMPT}"`);
+    throw new McpError(
+      ErrorCode.InvalidParams,
+      `no prompt named ${JSON.stringify(name).slice(0, 100)}; the one prompt is "${LAUNCH_PROMPT}"`,
+    );
   }
   if (!agent) throw new McpError(ErrorCode.InvalidRequest, 'the agent of this session is no longer registered');
   let launch: LaunchTexts;
   try {
     launch = launchOf(services.registry.state, agent, services.skills);
   } catch (err) {
-    if (err instanceof DomainError) throw new McpError(ErrorCode.InternalError, `${err.code}: ${err.message}`, err.details);
+    if (err instanceof DomainError)
+      throw new McpError(ErrorCode.InternalError, `${err.code}: ${err.message}`, err.details);
     throw err;
   }
   return {

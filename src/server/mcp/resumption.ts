@@ -57,9 +57,12 @@ export class StreamResumption implements EventStore, ReplyTracker {
   ) {
     live.add(this);
     if (!pruner) {
-      pruner = setInterval(() => {
-        for (const resumption of live) resumption.prune();
-      }, Math.max(1000, (limits.maxAgeS * 1000) / 2));
+      pruner = setInterval(
+        () => {
+          for (const resumption of live) resumption.prune();
+        },
+        Math.max(1000, (limits.maxAgeS * 1000) / 2),
+      );
       pruner.unref();
     }
   }
@@ -101,7 +104,10 @@ export class StreamResumption implements EventStore, ReplyTracker {
     return this.events.get(eventId)?.streamId;
   }
 
-  async replayEventsAfter(lastEventId: EventId, { send }: { send: (eventId: EventId, message: JSONRPCMessage) => Promise<void> }): Promise<StreamId> {
+  async replayEventsAfter(
+    lastEventId: EventId,
+    { send }: { send: (eventId: EventId, message: JSONRPCMessage) => Promise<void> },
+  ): Promise<StreamId> {
     const from = this.events.get(lastEventId);
     const streamId = from?.streamId ?? lastEventId.slice(0, lastEventId.lastIndexOf('_'));
     const connection = requestConnection.getStore();

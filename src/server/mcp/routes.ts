@@ -19,7 +19,13 @@ import type { SessionRegistry } from './sessions.js';
 const RESUME_RETRY_MS = 1000;
 
 /** Routes for /mcp, /sse and /messages (auth has already run and set req.principal). */
-export function mountMcpRoutes(app: Express, auth: Authenticator, services: Services, sessions: SessionRegistry, newServer: SessionServerFactory): void {
+export function mountMcpRoutes(
+  app: Express,
+  auth: Authenticator,
+  services: Services,
+  sessions: SessionRegistry,
+  newServer: SessionServerFactory,
+): void {
   // The token first, the body after: a request without a valid token costs no body read.
   const agentOnly = thenBody(auth.require('agent'));
 
@@ -45,7 +51,9 @@ export function mountMcpRoutes(app: Express, auth: Authenticator, services: Serv
     const id = typeof req.query.sessionId === 'string' ? req.query.sessionId : '';
     const session = sessions.get(id);
     if (!session || !(session.transport instanceof FlushingSSEServerTransport)) {
-      return void res.status(404).json({ error: 'unknown_session', message: 'no SSE session with that sessionId; open GET /sse first' });
+      return void res
+        .status(404)
+        .json({ error: 'unknown_session', message: 'no SSE session with that sessionId; open GET /sse first' });
     }
     if (session.agentId !== principalAgent(req)) return forbidden(res);
     await session.transport.handlePostMessage(req, res, req.body);
@@ -68,11 +76,18 @@ function streamableHttp(services: Services, sessions: SessionRegistry, newServer
       const connection = new Connection(res);
       sessions.requestOpened(session);
       res.on('close', () => sessions.requestClosed(session));
-      await requestConnection.run(connection, () => (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body));
+      await requestConnection.run(connection, () =>
+        (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body),
+      );
       return;
     }
     if (req.method !== 'POST' || !isInitializeRequest(req.body)) {
-      return jsonRpcError(res, 400, -32000, 'Bad Request: send an initialize request first, or an Mcp-Session-Id header');
+      return jsonRpcError(
+        res,
+        400,
+        -32000,
+        'Bad Request: send an initialize request first, or an Mcp-Session-Id header',
+      );
     }
     const release = reserveSession(sessions, agentId, res);
     if (!release) return;
@@ -120,5 +135,10 @@ function jsonRpcError(res: Response, status: number, code: number, message: stri
 }
 
 function forbidden(res: Response): void {
-  res.status(403).json({ error: 'session_forbidden', message: 'this MCP session belongs to another agent; open your own session with your token' });
+  res
+    .status(403)
+    .json({
+      error: 'session_forbidden',
+      message: 'this MCP session belongs to another agent; open your own session with your token',
+    });
 }

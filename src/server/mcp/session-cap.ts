@@ -25,7 +25,11 @@ export class SessionCap {
    * recently used order: closes one through `evict` if need be. Returns the release of the
    * reservation (call it once the new session is listed, or failed), or the refusal.
    */
-  reserve<S extends CappedSession>(agentId: string, sessions: readonly S[], evict: (session: S) => void): (() => void) | DomainError {
+  reserve<S extends CappedSession>(
+    agentId: string,
+    sessions: readonly S[],
+    evict: (session: S) => void,
+  ): (() => void) | DomainError {
     const pending = this.initializing.get(agentId) ?? 0;
     if (sessions.length + pending >= this.max) {
       const idle = sessions.find((s) => s.open === 0);

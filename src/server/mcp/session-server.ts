@@ -1,5 +1,11 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { GetPromptRequestSchema, ListPromptsRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import {
+  GetPromptRequestSchema,
+  ListPromptsRequestSchema,
+  ListToolsRequestSchema,
+  type CallToolResult,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
 import { DomainError } from '../../domain/errors.js';
 import type { AnyPrimitive } from '../../primitives/define.js';
 import { invokePrimitive } from '../../primitives/invoke.js';
@@ -29,13 +35,20 @@ export function sessionServerFactory(services: Services, catalogue: readonly Any
     const server = new Server(
       { name: 'beidou', version: VERSION },
       {
-        capabilities: { tools: { listChanged: false }, prompts: { listChanged: false }, logging: {}, experimental: { 'claude/channel': {} } },
+        capabilities: {
+          tools: { listChanged: false },
+          prompts: { listChanged: false },
+          logging: {},
+          experimental: { 'claude/channel': {} },
+        },
         // The route authenticated the agent just now; a missing one is only a race with its removal.
         ...(agent ? { instructions: launchInstructions(services, agent) } : {}),
       },
     );
     server.setRequestHandler(ListPromptsRequestSchema, () => ({ prompts: [LAUNCH_PROMPT_LISTING] }));
-    server.setRequestHandler(GetPromptRequestSchema, (request) => getLaunchPrompt(services, services.registry.agent(agentId), request.params.name));
+    server.setRequestHandler(GetPromptRequestSchema, (request) =>
+      getLaunchPrompt(services, services.registry.agent(agentId), request.params.name),
+    );
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: (toolList ??= catalogue.map(toolDefinition)) }));
     onToolCall(server, async (request, extra): Promise<CallToolResult> => {
       const name = request.params.name;
@@ -44,7 +57,11 @@ export function sessionServerFactory(services: Services, catalogue: readonly Any
       if (!primitive || !caller) {
         const error = !caller
           ? new DomainError('internal_error', 'the calling agent is no longer registered')
-          : new DomainError('invalid_input', `name: no tool named ${(JSON.stringify(name) ?? 'undefined').slice(0, 100)}`, { field: 'name' });
+          : new DomainError(
+              'invalid_input',
+              `name: no tool named ${(JSON.stringify(name) ?? 'undefined').slice(0, 100)}`,
+              { field: 'name' },
+            );
         return errorResult(error);
       }
       const progressToken = request.params._meta?.progressToken;
@@ -61,7 +78,10 @@ export function sessionServerFactory(services: Services, catalogue: readonly Any
         replyFlushed: (opts) => replies.flushed(extra.requestId, connection, opts?.strict ?? false),
         progress: async (message) => {
           if (progressToken === undefined) return;
-          await extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: ++progress, message } });
+          await extra.sendNotification({
+            method: 'notifications/progress',
+            params: { progressToken, progress: ++progress, message },
+          });
         },
       });
       if (!result.ok) return errorResult(result.error);

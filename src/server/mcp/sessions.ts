@@ -42,7 +42,8 @@ export class SessionRegistry {
   onDurable(events: readonly StoredEvent[]): void {
     for (const e of events) {
       if (e.event !== 'terminate.consumed') continue;
-      for (const session of [...(this.byAgent.get(e.agent_id) ?? [])]) void session.server.close().catch(() => undefined);
+      for (const session of [...(this.byAgent.get(e.agent_id) ?? [])])
+        void session.server.close().catch(() => undefined);
     }
   }
 
@@ -59,7 +60,11 @@ export class SessionRegistry {
         })
         .catch(() => undefined);
       session.server
-        .sendLoggingMessage({ level: 'info', logger: 'beidou.inbox', data: { message_id: message.message_id, from: message.from, text } })
+        .sendLoggingMessage({
+          level: 'info',
+          logger: 'beidou.inbox',
+          data: { message_id: message.message_id, from: message.from, text },
+        })
         .catch(() => undefined);
     }
   }

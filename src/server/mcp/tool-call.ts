@@ -25,10 +25,15 @@ type Extra = Parameters<Parameters<Server['setRequestHandler']>[1]>[1];
  * Registers the tools/call handler through the base Protocol: `Server.setRequestHandler`
  * re-validates tools/call against the SDK's strict schema before the handler runs.
  */
-export function onToolCall(server: Server, handler: (request: ToolCallRequest, extra: Extra) => Promise<CallToolResult>): void {
-  (Protocol.prototype.setRequestHandler as (this: Server, schema: typeof LenientCallToolRequestSchema, h: typeof handler) => void).call(
-    server,
-    LenientCallToolRequestSchema,
-    handler,
-  );
+export function onToolCall(
+  server: Server,
+  handler: (request: ToolCallRequest, extra: Extra) => Promise<CallToolResult>,
+): void {
+  (
+    Protocol.prototype.setRequestHandler as (
+      this: Server,
+      schema: typeof LenientCallToolRequestSchema,
+      h: typeof handler,
+    ) => void
+  ).call(server, LenientCallToolRequestSchema, handler);
 }

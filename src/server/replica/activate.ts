@@ -100,9 +100,16 @@ export async function openRegistry(
   mode: 'writer' | 'follower',
 ): Promise<OpenedRegistry> {
   const route = { onLost: (_lost: LeaseLost) => undefined as void };
-  const store = await openStore(config, paths, clock, { ...(holder ? { holder } : {}), leaseS: config.leaseS, onLost: (lost) => route.onLost(lost) });
+  const store = await openStore(config, paths, clock, {
+    ...(holder ? { holder } : {}),
+    leaseS: config.leaseS,
+    onLost: (lost) => route.onLost(lost),
+  });
   if (store.migrations?.applied.length) {
-    logger.info({ applied: store.migrations.applied, version: store.migrations.version }, `migrated the database schema to version ${store.migrations.version}`);
+    logger.info(
+      { applied: store.migrations.applied, version: store.migrations.version },
+      `migrated the database schema to version ${store.migrations.version}`,
+    );
   }
   const registry = new Registry(store.log);
   let index: ArchiveIndex | null = null;
@@ -119,7 +126,10 @@ export async function openRegistry(
     // writer (a follower writes nothing); the archiver writes them anew.
     const stale = entries.filter((e) => !registry.archived.has(e.task_id)).map((e) => e.task_id);
     if (stale.length > 0 && mode === 'writer') {
-      logger.warn({ tasks: stale.length }, `${stale.length} archive index entr${stale.length === 1 ? 'y' : 'ies'} did not match the event log: replayed those tasks`);
+      logger.warn(
+        { tasks: stale.length },
+        `${stale.length} archive index entr${stale.length === 1 ? 'y' : 'ies'} did not match the event log: replayed those tasks`,
+      );
       await index.remove(stale);
     }
   } catch (err) {
@@ -169,7 +179,9 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
   let rollups: RollupStore;
   try {
     const where = store.kind === 'postgres' ? `the rollup tables of ${store.where}` : 'stats.db';
-    rollups = store.rollups(registry.state, (err) => logger.error({ err }, `could not write the rollups (${where}); \`beidou stats rebuild\` recreates them`));
+    rollups = store.rollups(registry.state, (err) =>
+      logger.error({ err }, `could not write the rollups (${where}); \`beidou stats rebuild\` recreates them`),
+    );
     await rollups.rebuild();
   } catch (err) {
     await opened.close();
@@ -177,7 +189,8 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
   }
 
   const skills = new SkillCatalog(skillRoots(config));
-  for (const err of skills.loadAll().errors) logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
+  for (const err of skills.loadAll().errors)
+    logger.warn({ skill: err.skillPath }, `skill not loadable: ${err.message}`);
 
   const stopping = new AbortController();
   const ids = options.ids ?? randomIds;
@@ -213,10 +226,22 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
     beforeUnload: () => rollups.flush(),
     logger,
   });
-  const counts = { tasks: registry.state.tasks.size, agents: registry.state.agents.size, archived: registry.archived.size, ms: Math.round(performance.now() - openedAt), store: store.kind, where: store.where };
+  const counts = {
+    tasks: registry.state.tasks.size,
+    agents: registry.state.agents.size,
+    archived: registry.archived.size,
+    ms: Math.round(performance.now() - openedAt),
+    store: store.kind,
+    where: store.where,
+  };
   if (takeover) {
     logger.info(
-      { ...counts, events: takeover.caughtUp, followed: takeover.followed, replayed_at_follow: registry.replayedEvents },
+      {
+        ...counts,
+        events: takeover.caughtUp,
+        followed: takeover.followed,
+        replayed_at_follow: registry.replayedEvents,
+      },
       `registry caught up from the log: ${takeover.caughtUp} events read at the takeover (${takeover.followed} followed as a standby)`,
     );
   } else {
@@ -318,4 +343,3 @@ function logReplay(logger: Logger, report: ReplayReport): void {
     );
   }
 }
-

@@ -59,7 +59,12 @@ export class Replica {
 
   /** A standby's health answer. */
   standbyStatus(): StandbyStatus {
-    return { holder: this.lastHolder, retryAfterS: this.o.config.leaseS, since: this.standbySince, following: this.followingNow() };
+    return {
+      holder: this.lastHolder,
+      retryAfterS: this.o.config.leaseS,
+      since: this.standbySince,
+      following: this.followingNow(),
+    };
   }
 
   /** Each request goes to the role the replica has when it arrives. */
@@ -76,13 +81,16 @@ export class Replica {
     if (!this.replicated) return;
     // A standby tries again every third of the lease, and at once when the active one
     // releases it on a clean stop (NOTIFY beidou_lease).
-    this.poll = setInterval(() => {
-      if (this.active || this.closingDown) return;
-      void this.listen();
-      this.startFollowing();
-      // Each attempt of a follower first reads what is new (a missed NOTIFY costs one poll).
-      void this.attempt();
-    }, (this.o.config.leaseS * 1000) / 3);
+    this.poll = setInterval(
+      () => {
+        if (this.active || this.closingDown) return;
+        void this.listen();
+        this.startFollowing();
+        // Each attempt of a follower first reads what is new (a missed NOTIFY costs one poll).
+        void this.attempt();
+      },
+      (this.o.config.leaseS * 1000) / 3,
+    );
     this.poll.unref();
     void this.listen();
     // A standby is ready once it follows the log (a failure to is logged; the poll retries).
@@ -142,11 +150,18 @@ export class Replica {
         if (this.active || this.closingDown) return void (await opened.close());
         this.warm = opened;
         logger.info(
-          { events: opened.registry.replayedEvents, tasks: opened.registry.state.tasks.size, archived: opened.registry.archived.size },
+          {
+            events: opened.registry.replayedEvents,
+            tasks: opened.registry.state.tasks.size,
+            archived: opened.registry.archived.size,
+          },
           `standby: following the log (${opened.registry.replayedEvents} events replayed, ${opened.registry.state.tasks.size} live tasks)`,
         );
       } catch (err) {
-        logger.warn({ err }, `standby: could not follow the log (${(err as Error).message}); trying again, and a takeover meanwhile replays from the log`);
+        logger.warn(
+          { err },
+          `standby: could not follow the log (${(err as Error).message}); trying again, and a takeover meanwhile replays from the log`,
+        );
       }
     })().finally(() => {
       this.following = null;
@@ -197,7 +212,9 @@ export class Replica {
     try {
       await from.quiesce(false);
     } finally {
-      await from.release(true).catch((err: unknown) => logger.debug({ err }, 'closing what the stepped-down replica held'));
+      await from
+        .release(true)
+        .catch((err: unknown) => logger.debug({ err }, 'closing what the stepped-down replica held'));
     }
     if (!this.closingDown) {
       this.startFollowing();
@@ -220,7 +237,10 @@ export class Replica {
     // A follower that stopped following cannot take over warm: a fresh replay does.
     const stopped = this.followingLog()?.following()?.diverged;
     if (stopped) {
-      logger.warn({ reason: stopped }, `this standby stopped following the log (${stopped}): a takeover replays from the log`);
+      logger.warn(
+        { reason: stopped },
+        `this standby stopped following the log (${stopped}): a takeover replays from the log`,
+      );
       await this.dropFollower();
     }
     const from = this.warm;
@@ -253,7 +273,10 @@ export class Replica {
         // attempt replays afresh.
         this.warm = null;
         await from.close();
-        logger.warn({ err }, `could not take over on the followed log: ${(err as Error).message}; trying again with a fresh replay`);
+        logger.warn(
+          { err },
+          `could not take over on the followed log: ${(err as Error).message}; trying again with a fresh replay`,
+        );
         return false;
       }
       // At start a database that cannot be used ends the start (exit 2); later it is retried.
@@ -283,9 +306,14 @@ export class Replica {
     const how = w
       ? `; warm (read ${w.caught_up_events} events at the takeover, ${w.followed_events} followed as a standby)`
       : `; replayed ${built.startup.replayed_events} events`;
-    const line = prev?.holder && prev.holder !== holder && prev.epoch > 0
-      ? `took over the lease from ${prev.holder} (epoch ${prev.epoch} → ${built.epoch}; ${prev.expired ? 'its lease had expired' : 'its connection was gone'}): active${how}`
-      : `holding the lease (epoch ${built.epoch}): active${how}`;
-    (prev?.holder && prev.holder !== holder ? logger.warn : logger.info).call(logger, { epoch: built.epoch, previous: prev?.holder ?? null }, line);
+    const line =
+      prev?.holder && prev.holder !== holder && prev.epoch > 0
+        ? `took over the lease from ${prev.holder} (epoch ${prev.epoch} → ${built.epoch}; ${prev.expired ? 'its lease had expired' : 'its connection was gone'}): active${how}`
+        : `holding the lease (epoch ${built.epoch}): active${how}`;
+    (prev?.holder && prev.holder !== holder ? logger.warn : logger.info).call(
+      logger,
+      { epoch: built.epoch, previous: prev?.holder ?? null },
+      line,
+    );
   }
 }

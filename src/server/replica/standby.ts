@@ -41,7 +41,17 @@ export function standbyApp(status: () => StandbyStatus): express.Express {
   app.disable('x-powered-by');
   app.get('/api/health', (_req, res) => {
     const s = status();
-    res.status(503).set('Retry-After', String(Math.ceil(s.retryAfterS))).json({ ok: false, version: VERSION, role: 'standby', active: s.holder, standby_since: s.since, following: s.following });
+    res
+      .status(503)
+      .set('Retry-After', String(Math.ceil(s.retryAfterS)))
+      .json({
+        ok: false,
+        version: VERSION,
+        role: 'standby',
+        active: s.holder,
+        standby_since: s.since,
+        following: s.following,
+      });
   });
   const refuse = (req: Request, res: Response) => {
     const s = status();
@@ -58,7 +68,9 @@ export function standbyApp(status: () => StandbyStatus): express.Express {
   app.use(['/mcp', '/sse', '/messages', '/api'], refuse);
   app.use((req: Request, res: Response) => {
     closeIfBodyUnread(req, res);
-    res.status(404).json({ error: 'not_found', message: `no route for ${req.method} ${req.path} on a standby replica` });
+    res
+      .status(404)
+      .json({ error: 'not_found', message: `no route for ${req.method} ${req.path} on a standby replica` });
   });
   return app;
 }

@@ -33,19 +33,35 @@ export function writeAgentFiles(dir: string, spec: StartSpec): { mcpConfig: stri
   const settings = path.join(dir, 'settings.json');
   writeFileSync(
     mcpConfig,
-    JSON.stringify({ mcpServers: { beidou: { type: 'http', url: spec.mcpUrl, headers: { Authorization: `Bearer ${spec.launch.token}` } } } }, null, 2),
+    JSON.stringify(
+      {
+        mcpServers: {
+          beidou: { type: 'http', url: spec.mcpUrl, headers: { Authorization: `Bearer ${spec.launch.token}` } },
+        },
+      },
+      null,
+      2,
+    ),
     { mode: 0o600 },
   );
   const entry = (event: string, matcher?: string) => ({
     ...(matcher ? { matcher } : {}),
     hooks: [{ type: 'command', command: `"${process.execPath}" "${HOOK_MAIN}" ${event}` }],
   });
-  const hooks = { PreToolUse: [entry('pre-tool-use', '*')], PostToolUse: [entry('post-tool-use', '*')], Stop: [entry('stop')] };
+  const hooks = {
+    PreToolUse: [entry('pre-tool-use', '*')],
+    PostToolUse: [entry('post-tool-use', '*')],
+    Stop: [entry('stop')],
+  };
   writeFileSync(settings, JSON.stringify({ hooks }, null, 2), { mode: 0o600 });
   return { mcpConfig, settings };
 }
 
-export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings: string }, permissionMode: string): string[] {
+export function claudeArgs(
+  spec: StartSpec,
+  files: { mcpConfig: string; settings: string },
+  permissionMode: string,
+): string[] {
   const args = [
     '-p',
     '--input-format',
@@ -75,7 +91,10 @@ export function claudeArgs(spec: StartSpec, files: { mcpConfig: string; settings
 
 function resultFailure(f: { reason: AgentFailure['reason']; detail: string }): AgentFailure {
   if (f.reason === 'not_logged_in') {
-    return { reason: f.reason, msg: `Claude Code is not logged in ("${f.detail}"): run claude and /login as the spawner's user, or set ANTHROPIC_API_KEY for the spawner` };
+    return {
+      reason: f.reason,
+      msg: `Claude Code is not logged in ("${f.detail}"): run claude and /login as the spawner's user, or set ANTHROPIC_API_KEY for the spawner`,
+    };
   }
   return { reason: f.reason, msg: `the model API answered an error: ${f.detail}` };
 }
@@ -130,8 +149,17 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
           if (out.failure) {
             const failure = resultFailure(out.failure);
             setFailure(failure);
-            opts.logger.error({ agent: spec.launch.agent_id, reason: failure.reason }, failureLine(spec.launch, failure));
-            hooks.onEvent({ event: 'agent_error', exception: 'ErrorResult', msg: failure.msg, stderr: proc.stderrTail(), reason: failure.reason } as DrainedEvent);
+            opts.logger.error(
+              { agent: spec.launch.agent_id, reason: failure.reason },
+              failureLine(spec.launch, failure),
+            );
+            hooks.onEvent({
+              event: 'agent_error',
+              exception: 'ErrorResult',
+              msg: failure.msg,
+              stderr: proc.stderrTail(),
+              reason: failure.reason,
+            } as DrainedEvent);
           }
         },
         opts.bin,

@@ -56,7 +56,14 @@ export function commandAdapter(command: string, out: CommandAdapterOutput): Adap
         command,
       );
       const write = (obj: unknown) => writeLine(JSON.stringify(obj));
-      if (spec.nudge) write({ message_id: `nudge-${Date.now()}`, from: 'beidou', from_name: 'beidou', kind: 'system', content: spec.nudge });
+      if (spec.nudge)
+        write({
+          message_id: `nudge-${Date.now()}`,
+          from: 'beidou',
+          from_name: 'beidou',
+          kind: 'system',
+          content: spec.nudge,
+        });
       return { ...proc, deliver: (message) => write(message) };
     },
   };

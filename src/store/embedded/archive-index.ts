@@ -1,5 +1,11 @@
 import Database from 'better-sqlite3';
-import { ARCHIVE_LOAD_COLUMNS, archiveRow, fromArchiveColumns, type ArchivedTask, type ArchiveIndex } from '../../registry/archive.js';
+import {
+  ARCHIVE_LOAD_COLUMNS,
+  archiveRow,
+  fromArchiveColumns,
+  type ArchivedTask,
+  type ArchiveIndex,
+} from '../../registry/archive.js';
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS archived_tasks (
@@ -31,7 +37,9 @@ export class SqliteArchiveIndex implements ArchiveIndex {
 
   async load(): Promise<ArchivedTask[]> {
     // Rows as arrays: no object per row just to be read once.
-    return (this.db.prepare(`SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks`).raw().all() as unknown[][]).map(fromArchiveColumns);
+    return (this.db.prepare(`SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks`).raw().all() as unknown[][]).map(
+      fromArchiveColumns,
+    );
   }
 
   async loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]> {

@@ -213,6 +213,5 @@ export class JsonlEventLog implements EventLog {
 }
 
 // The fd was opened with O_APPEND, so the kernel appends whatever position is given.
-const writeAt = (fd: number, buf: Buffer, off: number) =>
-  promisify(write)(fd, buf, off, buf.length - off, null);
+const writeAt = (fd: number, buf: Buffer, off: number) => promisify(write)(fd, buf, off, buf.length - off, null);
 const datasync = promisify(fdatasync);

@@ -81,7 +81,8 @@ export function scanLog(data: Buffer, taskId: string, apply: (event: StoredEvent
     }
     const expected: number = offsets.length + (open ? open.events.length : 0) + 1;
     if (event.seq !== expected) return fail(lineNo, `seq ${String(event.seq)}, expected ${expected}`);
-    if (event.task_id !== taskId) return fail(lineNo, `names task ${String(event.task_id)} in the file of task ${taskId}`);
+    if (event.task_id !== taskId)
+      return fail(lineNo, `names task ${String(event.task_id)} in the file of task ${taskId}`);
 
     if (event.commit === undefined && event.of === undefined) {
       if (open) return fail(lineNo, `commit ${open.first} (${open.of} lines) is cut by a line of another commit`);
@@ -95,7 +96,8 @@ export function scanLog(data: Buffer, taskId: string, apply: (event: StoredEvent
       continue;
     }
     const { commit, of } = event;
-    if (!Number.isInteger(commit) || !Number.isInteger(of) || (of as number) < 1) return fail(lineNo, 'bad commit marker');
+    if (!Number.isInteger(commit) || !Number.isInteger(of) || (of as number) < 1)
+      return fail(lineNo, 'bad commit marker');
     delete event.commit;
     delete event.of;
     if (!open) {
@@ -117,7 +119,13 @@ export function scanLog(data: Buffer, taskId: string, apply: (event: StoredEvent
       } catch (err) {
         offsets.length = whole.first - 1;
         end = whole.start;
-        return { offsets, end, torn: false, incomplete: null, problem: { line: e.line, reason: `cannot be applied: ${(err as Error).message}` } };
+        return {
+          offsets,
+          end,
+          torn: false,
+          incomplete: null,
+          problem: { line: e.line, reason: `cannot be applied: ${(err as Error).message}` },
+        };
       }
     }
     end = start;

@@ -1,4 +1,14 @@
-import { closeSync, constants, fdatasyncSync, ftruncateSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fdatasyncSync,
+  ftruncateSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  statSync,
+} from 'node:fs';
 import path from 'node:path';
 import type { StoredEvent } from '../../events/catalogue.js';
 import type { ArchiveMark, OpenOptions, ReplayReport } from '../../events/event-log.js';

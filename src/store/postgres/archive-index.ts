@@ -1,5 +1,11 @@
 import type pg from 'pg';
-import { ARCHIVE_LOAD_COLUMNS, archiveRow, fromArchiveColumns, type ArchivedTask, type ArchiveIndex } from '../../registry/archive.js';
+import {
+  ARCHIVE_LOAD_COLUMNS,
+  archiveRow,
+  fromArchiveColumns,
+  type ArchivedTask,
+  type ArchiveIndex,
+} from '../../registry/archive.js';
 
 /** Rows per statement when many entries are written at once. */
 const CHUNK = 2_000;
@@ -13,7 +19,10 @@ export class PgArchiveIndex implements ArchiveIndex {
   constructor(private readonly pool: pg.Pool) {}
 
   async load(): Promise<ArchivedTask[]> {
-    const { rows } = await this.pool.query<unknown[]>({ text: `SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks`, rowMode: 'array' });
+    const { rows } = await this.pool.query<unknown[]>({
+      text: `SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks`,
+      rowMode: 'array',
+    });
     return rows.map(fromArchiveColumns);
   }
 
@@ -26,7 +35,8 @@ export class PgArchiveIndex implements ArchiveIndex {
   }
 
   async remove(taskIds: readonly string[]): Promise<void> {
-    if (taskIds.length > 0) await this.pool.query('DELETE FROM archived_tasks WHERE task_id = ANY($1::text[])', [taskIds]);
+    if (taskIds.length > 0)
+      await this.pool.query('DELETE FROM archived_tasks WHERE task_id = ANY($1::text[])', [taskIds]);
   }
 
   async replaceAll(entries: readonly ArchivedTask[]): Promise<void> {
@@ -48,7 +58,11 @@ export class PgArchiveIndex implements ArchiveIndex {
 
   async loadFor(taskIds: readonly string[]): Promise<ArchivedTask[]> {
     if (taskIds.length === 0) return [];
-    const { rows } = await this.pool.query<unknown[]>({ text: `SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks WHERE task_id = ANY($1::text[])`, values: [taskIds], rowMode: 'array' });
+    const { rows } = await this.pool.query<unknown[]>({
+      text: `SELECT ${ARCHIVE_LOAD_COLUMNS} FROM archived_tasks WHERE task_id = ANY($1::text[])`,
+      values: [taskIds],
+      rowMode: 'array',
+    });
     return rows.map(fromArchiveColumns);
   }
 

@@ -26,7 +26,11 @@ export function clientConfig(url: string, applicationName: string): pg.ClientCon
 }
 
 /** A connected client; its `error` events are passed to `onError` (unhandled, they would end the process). */
-export async function connectClient(url: string, applicationName: string, onError: (err: Error) => void = () => undefined): Promise<pg.Client> {
+export async function connectClient(
+  url: string,
+  applicationName: string,
+  onError: (err: Error) => void = () => undefined,
+): Promise<pg.Client> {
   const { default: driver } = await import('pg');
   const client = new driver.Client(clientConfig(url, applicationName));
   client.on('error', onError);
@@ -64,6 +68,8 @@ export class DatabaseInUseError extends Error {
     /** The holder's name in the lease row. */
     readonly holderName: string | null = null,
   ) {
-    super(`the database ${database} is in use by another beidou server${holder ? ` (${holder})` : ''}; one server per database`);
+    super(
+      `the database ${database} is in use by another beidou server${holder ? ` (${holder})` : ''}; one server per database`,
+    );
   }
 }

@@ -107,13 +107,19 @@ export class Follower {
       // A connection gone silent (a NAT or firewall that forgot it: no FIN, no RST) would hold
       // this read, every later pull and so every takeover, until TCP gives up (many minutes):
       // past the bound it is ended, the read fails, and the next pull reads on a new one.
-      const giveUp = setTimeout(() => {
-        if (lease.client === client) lease.client = null;
-        void client.end().catch(() => undefined);
-      }, Math.max(PULL_BOUND_MS, lease.leaseS * 2_000));
+      const giveUp = setTimeout(
+        () => {
+          if (lease.client === client) lease.client = null;
+          void client.end().catch(() => undefined);
+        },
+        Math.max(PULL_BOUND_MS, lease.leaseS * 2_000),
+      );
       let rows: FollowedRow[];
       try {
-        ({ rows } = await client.query<FollowedRow>('SELECT task_id, seq, body::text AS body, pos FROM events WHERE pos > $1 ORDER BY pos LIMIT $2', [this.position, PULL_PAGE]));
+        ({ rows } = await client.query<FollowedRow>(
+          'SELECT task_id, seq, body::text AS body, pos FROM events WHERE pos > $1 ORDER BY pos LIMIT $2',
+          [this.position, PULL_PAGE],
+        ));
       } finally {
         clearTimeout(giveUp);
       }

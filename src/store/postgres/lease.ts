@@ -69,7 +69,9 @@ export class WriterLease {
    */
   async reconnect(): Promise<pg.Client> {
     const client = await this.connect();
-    const { rowCount } = await client.query('UPDATE log_writer SET holder_pid = pg_backend_pid() WHERE epoch = $1', [this.epoch]);
+    const { rowCount } = await client.query('UPDATE log_writer SET holder_pid = pg_backend_pid() WHERE epoch = $1', [
+      this.epoch,
+    ]);
     if (rowCount === 0) {
       await client.end().catch(() => undefined);
       throw new WriterFencedError(this.epoch);
@@ -88,7 +90,9 @@ export class WriterLease {
     try {
       // A replica paused inside this transaction would hold the lease row from every other:
       // PostgreSQL ends its session once it idles in it for a lease.
-      await client.query(`SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1000, Math.round(this.leaseS * 1000))}`);
+      await client.query(
+        `SET LOCAL idle_in_transaction_session_timeout = ${Math.max(1000, Math.round(this.leaseS * 1000))}`,
+      );
       const { old, alive } = await this.leaseHeld(client, 'FOR UPDATE');
       const { rows: taken } = await client.query<{ epoch: string }>(
         `UPDATE log_writer SET epoch = epoch + 1, opened_at = now(), holder = $1, holder_pid = pg_backend_pid(),
@@ -102,7 +106,12 @@ export class WriterLease {
       if (alive) {
         // Its lease ran out but its connection lives (a paused process): end it. The epoch
         // already fences it; this frees what the session holds.
-        await client.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND application_name = $2", [old.holder_pid, LOG_APPLICATION]).catch(() => undefined);
+        await client
+          .query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND application_name = $2', [
+            old.holder_pid,
+            LOG_APPLICATION,
+          ])
+          .catch(() => undefined);
       }
     } catch (err) {
       await client.query('ROLLBACK').catch(() => undefined);
@@ -116,7 +125,13 @@ export class WriterLease {
    * follower's poll asks without a lock (a row lock would hold up the active's commits).
    */
   async leaseHeld(client: pg.Client, lock: 'FOR UPDATE' | '') {
-    const { rows } = await client.query<{ epoch: string; holder: string | null; holder_pid: number | null; expired: boolean; until: Date | null }>(
+    const { rows } = await client.query<{
+      epoch: string;
+      holder: string | null;
+      holder_pid: number | null;
+      expired: boolean;
+      until: Date | null;
+    }>(
       `SELECT epoch, holder, holder_pid, (expires_at IS NULL OR expires_at <= now()) AS expired, expires_at AS until FROM log_writer ${lock}`,
     );
     const old = rows[0]!;
@@ -169,7 +184,10 @@ export class WriterLease {
       const client = (this.client ??= await this.reconnect());
       // By epoch alone: a renewal that comes late, with no takeover meanwhile, still holds.
       const asked = performance.now();
-      const { rowCount } = await client.query('UPDATE log_writer SET expires_at = now() + make_interval(secs => $2) WHERE epoch = $1', [this.epoch, this.leaseS]);
+      const { rowCount } = await client.query(
+        'UPDATE log_writer SET expires_at = now() + make_interval(secs => $2) WHERE epoch = $1',
+        [this.epoch, this.leaseS],
+      );
       if (rowCount === 0) throw new WriterFencedError(this.epoch);
       this.confirmedAt = asked;
     } catch (err) {
@@ -186,7 +204,9 @@ export class WriterLease {
     let client: pg.Client | null = null;
     try {
       client = await connectClient(this.url, LOG_APPLICATION);
-      const { rows } = await client.query<{ epoch: string; holder: string | null; valid: boolean }>('SELECT epoch, holder, coalesce(expires_at > now(), false) AS valid FROM log_writer');
+      const { rows } = await client.query<{ epoch: string; holder: string | null; valid: boolean }>(
+        'SELECT epoch, holder, coalesce(expires_at > now(), false) AS valid FROM log_writer',
+      );
       const r = rows[0]!;
       return { epoch: Number(r.epoch), holder: r.holder, valid: r.valid };
     } catch {
@@ -205,7 +225,12 @@ export class WriterLease {
 
   private lose(now: { epoch: number; holder: string | null } | null, reason: string): void {
     if (this.lost || this.closed) return;
-    this.lost = { epoch: this.epoch, newEpoch: now && now.epoch !== this.epoch ? now.epoch : null, holder: now && now.epoch !== this.epoch ? now.holder : null, reason };
+    this.lost = {
+      epoch: this.epoch,
+      newEpoch: now && now.epoch !== this.epoch ? now.epoch : null,
+      holder: now && now.epoch !== this.epoch ? now.holder : null,
+      reason,
+    };
     this.stopRenewing();
     this.onLost(this.lost);
   }
@@ -219,7 +244,10 @@ export class WriterLease {
     // waiting for it to run out. Only a lease still this log's is released.
     if (client && this.epoch > 0 && !this.lost) {
       await client
-        .query("UPDATE log_writer SET expires_at = now() WHERE epoch = $1 AND expires_at > now() RETURNING pg_notify('beidou_lease', 'released')", [this.epoch])
+        .query(
+          "UPDATE log_writer SET expires_at = now() WHERE epoch = $1 AND expires_at > now() RETURNING pg_notify('beidou_lease', 'released')",
+          [this.epoch],
+        )
         .catch(() => undefined);
     }
     await client?.end().catch(() => undefined);
@@ -229,7 +257,9 @@ export class WriterLease {
 /** Another server opened the database after this one: its commits are refused. */
 export class WriterFencedError extends Error {
   constructor(readonly epoch: number) {
-    super(`another beidou server opened the database after this one (writer epoch ${epoch} is no longer current); this server's commit was refused`);
+    super(
+      `another beidou server opened the database after this one (writer epoch ${epoch} is no longer current); this server's commit was refused`,
+    );
   }
 }
 
@@ -256,6 +286,9 @@ export function defaultHolder(): string {
 
 /** A backend by pid, if it is still connected: its address and start, for the refusal. */
 async function backend(client: pg.Client, pid: number): Promise<{ addr: string | null; since: Date } | null> {
-  const { rows } = await client.query<{ addr: string | null; since: Date }>('SELECT host(client_addr) AS addr, backend_start AS since FROM pg_stat_activity WHERE pid = $1', [pid]);
+  const { rows } = await client.query<{ addr: string | null; since: Date }>(
+    'SELECT host(client_addr) AS addr, backend_start AS since FROM pg_stat_activity WHERE pid = $1',
+    [pid],
+  );
   return rows[0] ?? null;
 }

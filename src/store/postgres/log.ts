@@ -164,7 +164,10 @@ export class PgEventLog implements EventLog {
 
   append(drafts: readonly EventDraft[]): AppendResult {
     if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
-    if (this.follower) throw new EventLogFailedError(new Error('this log follows the active replica and holds no lease: it cannot append'));
+    if (this.follower)
+      throw new EventLogFailedError(
+        new Error('this log follows the active replica and holds no lease: it cannot append'),
+      );
     const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
       if (this.tasks.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
       if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
@@ -282,7 +285,10 @@ export class PgEventLog implements EventLog {
     if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
     // On the log's own connection: an archived task is read rarely, and in one statement.
     const client = (this.lease.client ??= await this.lease.reconnect());
-    const { rows } = await client.query<{ body: string }>('SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3', [taskId, since, limit]);
+    const { rows } = await client.query<{ body: string }>(
+      'SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
+      [taskId, since, limit],
+    );
     return rows.map((r) => JSON.parse(r.body) as StoredEvent);
   }
 
@@ -322,7 +328,11 @@ function describeCommitFailure(err: unknown): Error {
   if (err instanceof WriterFencedError || err instanceof DatabaseInUseError) return err;
   const e = err as { code?: string; detail?: string; message?: string };
   if (e.code === '23505') {
-    return new Error(`another writer already stored an event this server numbered (${e.detail ?? e.message}): the (task_id, seq) key refused the commit`);
+    return new Error(
+      `another writer already stored an event this server numbered (${e.detail ?? e.message}): the (task_id, seq) key refused the commit`,
+    );
   }
-  return new Error(`a commit to PostgreSQL failed (${e.message ?? String(err)}); whether it was stored is unknown, and nothing of it was acknowledged`);
+  return new Error(
+    `a commit to PostgreSQL failed (${e.message ?? String(err)}); whether it was stored is unknown, and nothing of it was acknowledged`,
+  );
 }

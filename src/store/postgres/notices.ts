@@ -27,7 +27,9 @@ export class NoticeListener {
       const client = await connectClient(this.url, 'beidou-standby');
       this.client = client;
       client.on('end', () => void (this.client === client && (this.client = null)));
-      client.on('notification', (n) => (n.channel === 'beidou_archive' ? this.notices.onArchive() : this.notices.onLease()));
+      client.on('notification', (n) =>
+        n.channel === 'beidou_archive' ? this.notices.onArchive() : this.notices.onLease(),
+      );
       await client.query('LISTEN beidou_lease');
       await client.query('LISTEN beidou_archive');
     } catch {

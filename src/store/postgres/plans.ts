@@ -15,16 +15,17 @@ export class PgPlanStore implements PlanStore {
   }
 
   async save(plan: { taskId: string; planId: string; ownerAgentId: string; text: string }): Promise<void> {
-    await this.pool.query('INSERT INTO plans (task_id, plan_id, owner_agent_id, body, created_at) VALUES ($1, $2, $3, $4::json, $5)', [
-      plan.taskId,
-      plan.planId,
-      plan.ownerAgentId,
-      plan.text,
-      this.clock.now(),
-    ]);
+    await this.pool.query(
+      'INSERT INTO plans (task_id, plan_id, owner_agent_id, body, created_at) VALUES ($1, $2, $3, $4::json, $5)',
+      [plan.taskId, plan.planId, plan.ownerAgentId, plan.text, this.clock.now()],
+    );
   }
 
   async markRemoved(plan: PlanRecord): Promise<void> {
-    await this.pool.query('UPDATE plans SET removed_at = $3 WHERE task_id = $1 AND plan_id = $2', [plan.task_id, plan.plan_id, this.clock.now()]);
+    await this.pool.query('UPDATE plans SET removed_at = $3 WHERE task_id = $1 AND plan_id = $2', [
+      plan.task_id,
+      plan.plan_id,
+      this.clock.now(),
+    ]);
   }
 }

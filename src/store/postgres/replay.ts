@@ -63,7 +63,12 @@ export async function replayStored(
       const problem = replayRow(task, row, onEvent);
       if (problem) {
         task.quarantined = true;
-        report.quarantined.push({ taskId: task.taskId, file: `events table, task ${task.taskId}`, line: row.seq, reason: problem });
+        report.quarantined.push({
+          taskId: task.taskId,
+          file: `events table, task ${task.taskId}`,
+          line: row.seq,
+          reason: problem,
+        });
       }
     }
     if (rows.length < REPLAY_PAGE) return report;
@@ -73,7 +78,11 @@ export async function replayStored(
 }
 
 /** Verifies one stored row as the JSONL replay verifies a line, applies it, and keeps it; or says why not. */
-export function replayRow(task: TaskLog, row: { task_id: string; seq: number; body: string }, onEvent: (event: StoredEvent) => void): string | null {
+export function replayRow(
+  task: TaskLog,
+  row: { task_id: string; seq: number; body: string },
+  onEvent: (event: StoredEvent) => void,
+): string | null {
   const expected = task.lines.length + 1;
   if (row.seq !== expected) return `seq ${row.seq}, expected ${expected}`;
   let event: StoredEvent;
@@ -82,7 +91,8 @@ export function replayRow(task: TaskLog, row: { task_id: string; seq: number; bo
   } catch {
     return 'not valid JSON';
   }
-  if (typeof event !== 'object' || event === null || Array.isArray(event) || typeof event.event !== 'string') return 'not an event object';
+  if (typeof event !== 'object' || event === null || Array.isArray(event) || typeof event.event !== 'string')
+    return 'not an event object';
   if (event.seq !== row.seq) return `its body says seq ${String(event.seq)}`;
   if (event.task_id !== task.taskId) return `names task ${String(event.task_id)} in a row of task ${task.taskId}`;
   try {

@@ -19,17 +19,52 @@ const REBUILD_CHUNK = 2_000;
 const TABLES = {
   tasks: {
     key: 'task_id',
-    columns: ['name', 'text', 'status', 'root_agent_id', 'created_at', 'ended_at', 'agent_count', 'team_count', 'event_count', 'input_tokens', 'output_tokens', 'cost_usd'],
+    columns: [
+      'name',
+      'text',
+      'status',
+      'root_agent_id',
+      'created_at',
+      'ended_at',
+      'agent_count',
+      'team_count',
+      'event_count',
+      'input_tokens',
+      'output_tokens',
+      'cost_usd',
+    ],
   },
-  teams: { key: 'team_id', columns: ['task_id', 'name', 'leader_id', 'parent_team_id', 'depth', 'member_count', 'created_at'] },
+  teams: {
+    key: 'team_id',
+    columns: ['task_id', 'name', 'leader_id', 'parent_team_id', 'depth', 'member_count', 'created_at'],
+  },
   agents: {
     key: 'agent_id',
     columns: [
-      'task_id', 'team_id', 'name', 'role', 'skill', 'model', 'leader_id', 'status', 'created_at', 'terminated_at',
-      'input_tokens', 'output_tokens', 'cost_usd', 'tool_calls', 'llm_calls', 'messages_sent', 'messages_delivered', 'inbox_depth',
+      'task_id',
+      'team_id',
+      'name',
+      'role',
+      'skill',
+      'model',
+      'leader_id',
+      'status',
+      'created_at',
+      'terminated_at',
+      'input_tokens',
+      'output_tokens',
+      'cost_usd',
+      'tool_calls',
+      'llm_calls',
+      'messages_sent',
+      'messages_delivered',
+      'inbox_depth',
     ],
   },
-  questions: { key: 'qid', columns: ['task_id', 'asker_agent_id', 'holder', 'status', 'prompt', 'created_at', 'answered_at'] },
+  questions: {
+    key: 'qid',
+    columns: ['task_id', 'asker_agent_id', 'holder', 'status', 'prompt', 'created_at', 'answered_at'],
+  },
 } as const;
 type Table = keyof typeof TABLES;
 const TABLE_NAMES = Object.keys(TABLES) as Table[];
@@ -98,7 +133,10 @@ export class PgRollups implements RollupStore {
     if (this.touched.size === 0) return this.writing;
     const { rows, ids } = this.take();
     return this.enqueue(ids, async () => {
-      await this.pool.query(UPSERT, TABLE_NAMES.map((t) => json(rows[t])));
+      await this.pool.query(
+        UPSERT,
+        TABLE_NAMES.map((t) => json(rows[t])),
+      );
     });
   }
 
@@ -119,7 +157,11 @@ export class PgRollups implements RollupStore {
     const touched = this.touched;
     this.touched = new TouchedRows();
     const rows: Rows = { tasks: [], teams: [], agents: [], questions: [] };
-    const collect = (table: Table, ids: Set<string>, row: (state: RegistryState, id: string) => Record<string, unknown> | undefined) => {
+    const collect = (
+      table: Table,
+      ids: Set<string>,
+      row: (state: RegistryState, id: string) => Record<string, unknown> | undefined,
+    ) => {
       for (const id of ids) {
         const r = row(this.state, id);
         if (r) rows[table].push(r);

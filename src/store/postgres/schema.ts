@@ -153,7 +153,9 @@ export class SchemaTooNewError extends Error {
     readonly found: number,
     readonly known: number,
   ) {
-    super(`the database's schema is at version ${found}, newer than this beidou knows (${known}): run a beidou at least as new as the one that migrated it`);
+    super(
+      `the database's schema is at version ${found}, newer than this beidou knows (${known}): run a beidou at least as new as the one that migrated it`,
+    );
   }
 }
 
@@ -162,7 +164,9 @@ export class MigrationError extends Error {
     readonly migration: Migration,
     cause: unknown,
   ) {
-    super(`schema migration ${migration.version} (${migration.name}) failed and was rolled back: ${(cause as Error)?.message ?? String(cause)}`);
+    super(
+      `schema migration ${migration.version} (${migration.name}) failed and was rolled back: ${(cause as Error)?.message ?? String(cause)}`,
+    );
   }
 }
 
@@ -174,7 +178,10 @@ export interface MigrationReport {
 }
 
 /** Brings the database's schema up to date; safe to call from several starts at once. */
-export async function migrate(client: pg.ClientBase, migrations: readonly Migration[] = MIGRATIONS): Promise<MigrationReport> {
+export async function migrate(
+  client: pg.ClientBase,
+  migrations: readonly Migration[] = MIGRATIONS,
+): Promise<MigrationReport> {
   const ordered = [...migrations].sort((a, b) => a.version - b.version);
   const known = ordered.at(-1)?.version ?? 0;
   await client.query('SELECT pg_advisory_lock($1, $2)', [LOCK_NAMESPACE, MIGRATION_LOCK]);
