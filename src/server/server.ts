@@ -125,17 +125,14 @@ async function serve(
   outer.get('/api/health', (_req, res, next) => {
     const log = active()?.services.registry.log;
     if (!log || !isFollowingLog(log) || log.leaseConfirmed()) return next();
-    res
-      .status(503)
-      .set('Retry-After', '1')
-      .json({
-        ok: false,
-        version: VERSION,
-        role: 'active',
-        lease: 'unconfirmed',
-        message:
-          'this replica cannot confirm its lease lately (paused, or the database unreachable): it is checking whether it is still the active one',
-      });
+    res.status(503).set('Retry-After', '1').json({
+      ok: false,
+      version: VERSION,
+      role: 'active',
+      lease: 'unconfirmed',
+      message:
+        'this replica cannot confirm its lease lately (paused, or the database unreachable): it is checking whether it is still the active one',
+    });
   });
   const standbySince = clock.now();
   const standby = standbyApp(

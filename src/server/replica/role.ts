@@ -2,7 +2,8 @@ import type { Server } from 'node:http';
 import type express from 'express';
 import { isFollowingLog, type FollowingLog } from '../../events/event-log.js';
 import { DatabaseInUseError, NoticeListener, type LeaseLost } from '../../store/index.js';
-import { activate, openRegistry, type Activation, type ActivationOptions, type OpenedRegistry } from './activate.js';
+import { activate, type Activation, type ActivationOptions } from './activate.js';
+import { openRegistry, type OpenedRegistry } from './open-registry.js';
 import type { Following, StandbyStatus } from './standby.js';
 
 /** What a replica's role is made from: the server's settings, its keys, and its name in the lease row (null without a database URL). */
