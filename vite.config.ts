@@ -1,7 +1,7 @@
 import { defineConfig } from 'vite';
 
 /**
- * The dashboard build (`npm run build`): web/ → dist/web/, served by src/server/dashboard.ts.
+ * The dashboard build (`npm run build`): web/ → dist/web/, served by src/server/http/dashboard.ts.
  * Preact's automatic JSX runtime through Vite's own transform (no preset plugin needed);
  * hashed asset names, so the server can cache them for good.
  */
