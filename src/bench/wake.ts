@@ -22,7 +22,7 @@ import { pidAlive } from '../util/process.js';
  * `beidou attach` set up (docs/claude-code.md), from `POST /api/agents/:id/send` to the
  * session's next model request as the scripted stand-in for the Messages API receives it.
  * The real Claude Code binary runs interactive under tmux with a throwaway HOME, as in
- * test/wake.test.ts. Each woken turn calls read_inbox and ends with text, so every send
+ * test/claude-code/wake.test.ts. Each woken turn calls read_inbox and ends with text, so every send
  * finds an empty inbox and an idle session.
  */
 
