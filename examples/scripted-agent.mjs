@@ -55,7 +55,7 @@ const inbox = journal.inbox;
 let ignoreTerminate = false;
 
 const log = (text) => process.stdout.write(`[${env.BEIDOU_AGENT_NAME}] ${text}\n`);
-const emit = (event) => process.stdout.write(JSON.stringify(event) + '\n');
+const emit = (event) => process.stdout.write(`${JSON.stringify(event)}\n`);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 /** Atomic, so a kill never leaves half a journal. */
 function persist() {
@@ -78,11 +78,11 @@ createInterface({ input: process.stdin })
     if (durable) {
       appendFileSync(
         '.scripted-agent.received.jsonl',
-        JSON.stringify({
+        `${JSON.stringify({
           message_id: message.message_id,
           redelivered: message.redelivered === true,
           pid: process.pid,
-        }) + '\n',
+        })}\n`,
       );
     }
     inbox.push(message);

@@ -106,7 +106,7 @@ export function writeEmbeddedHome(
   const dir = path.join(home, 'events');
   mkdirSync(dir, { recursive: true });
   for (let n = 0; n < tasks; n++)
-    writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), copyOf(tpl, n).join('\n') + '\n');
+    writeFileSync(path.join(dir, `tsk_${hex12(n)}.jsonl`), `${copyOf(tpl, n).join('\n')}\n`);
 }
 
 export async function fillDatabase(

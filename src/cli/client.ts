@@ -183,5 +183,5 @@ export function sinceOption(value: string | undefined): number {
 
 /** Prints one JSON value on its own line (`--json`). */
 export function printJson(value: unknown): void {
-  process.stdout.write(JSON.stringify(value) + '\n');
+  process.stdout.write(`${JSON.stringify(value)}\n`);
 }

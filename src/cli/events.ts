@@ -9,7 +9,7 @@ export interface EventsOptions extends ClientOptions {
 /** `beidou events --task T [--follow]`: one JSON line per event; `--follow` keeps streaming. */
 export async function events(opts: EventsOptions): Promise<void> {
   const since = sinceOption(opts.since);
-  const print = (e: unknown) => process.stdout.write(JSON.stringify(e) + '\n');
+  const print = (e: unknown) => process.stdout.write(`${JSON.stringify(e)}\n`);
   if (opts.follow) await followEvents(opts, opts.task, since, print);
   else await readEvents(opts, opts.task, since, print);
 }

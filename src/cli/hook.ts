@@ -94,7 +94,7 @@ export async function hook(event: string, opts: HookOptions = {}): Promise<numbe
   const token = hookToken(opts);
   if (event === 'mcp-headers') {
     // Claude Code's `headersHelper` for the MCP server `beidou attach` adds: the token stays in its file.
-    process.stdout.write(JSON.stringify({ Authorization: `Bearer ${token}` }) + '\n');
+    process.stdout.write(`${JSON.stringify({ Authorization: `Bearer ${token}` })}\n`);
     return 0;
   }
   const raw = await readStdin();
@@ -144,7 +144,7 @@ export async function hook(event: string, opts: HookOptions = {}): Promise<numbe
     return 0;
   }
   const out = hookOutput(route, answer);
-  if (out) process.stdout.write(JSON.stringify(out) + '\n');
+  if (out) process.stdout.write(`${JSON.stringify(out)}\n`);
   return 0;
 }
 

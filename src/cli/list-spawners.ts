@@ -34,5 +34,5 @@ export async function spawners(opts: ClientOptions & { json?: boolean }): Promis
     s.agents.map((a) => [s.spawner_id, a.agent_id, a.status, a.pid === null ? '-' : String(a.pid)]),
   );
   if (held.length > 0) out.push('', table(['SPAWNER', 'AGENT', 'STATUS', 'PID'], held));
-  process.stdout.write(out.join('\n') + '\n');
+  process.stdout.write(`${out.join('\n')}\n`);
 }

@@ -20,7 +20,7 @@ interface PendingQuestion {
 export async function questions(opts: ClientOptions & { json?: boolean }): Promise<void> {
   const pending = await api<PendingQuestion[]>(opts, 'GET', '/questions/pending');
   if (opts.json) {
-    process.stdout.write(JSON.stringify(pending) + '\n');
+    process.stdout.write(`${JSON.stringify(pending)}\n`);
     return;
   }
   if (pending.length === 0) {
@@ -42,7 +42,7 @@ export async function questions(opts: ClientOptions & { json?: boolean }): Promi
   }
   out.push('answer with: beidou answer QID --choose LABEL [--choose LABEL] [--text "..."]   (one sub-question)');
   out.push('         or: beidou answer QID --answers \'[{"selected_labels":["A"],"text":null}, ...]\'');
-  process.stdout.write(out.join('\n') + '\n');
+  process.stdout.write(`${out.join('\n')}\n`);
 }
 
 export interface AnswerOptions extends ClientOptions {

@@ -41,12 +41,10 @@ export function renderTaskList(tasks: readonly TaskListItem[]): string {
     excerpt(t.text ?? '-', 50),
   ]);
   const notes = tasks.flatMap((t) => ('quarantine' in t ? [quarantineLine(t.task_id, t.quarantine)] : []));
-  return (
-    [
-      table(['TASK', 'NAME', 'STATUS', 'AGENTS', 'EVENTS', 'CREATED', 'TEXT'], rows),
-      ...(notes.length ? ['', ...notes] : []),
-    ].join('\n') + '\n'
-  );
+  return `${[
+    table(['TASK', 'NAME', 'STATUS', 'AGENTS', 'EVENTS', 'CREATED', 'TEXT'], rows),
+    ...(notes.length ? ['', ...notes] : []),
+  ].join('\n')}\n`;
 }
 
 /** An agent's status with what qualifies it: the error's reason, an escalated review. */
@@ -172,7 +170,7 @@ export function renderTaskDetail(detail: TaskDetailView): string {
     `  ${usd(stats.cost_usd)}; ${stats.input_tokens} tokens in, ${stats.output_tokens} out; ${plural(toolCalls, 'tool call')}; ` +
       `${plural(stats.agents, 'agent')} (${stats.live_agents} live), ${plural(stats.teams, 'team')}, ${plural(stats.messages, 'message')} (${stats.undelivered} undelivered), ${plural(stats.events, 'event')}`,
   );
-  return out.join('\n') + '\n';
+  return `${out.join('\n')}\n`;
 }
 
 /** `agent show`: one agent's record; `detail` (its task) gives the names of the ids it refers to. */

@@ -40,11 +40,11 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
   const claudeLine = `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`;
   if (opts.json) {
     process.stdout.write(
-      JSON.stringify({
+      `${JSON.stringify({
         ...created,
         claude_mcp_add: claudeLine,
         attach: `beidou attach --agent ${created.root_agent_id} --server ${serverUrl(opts)}`,
-      }) + '\n',
+      })}\n`,
     );
     return;
   }

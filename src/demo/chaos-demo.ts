@@ -25,7 +25,7 @@ export interface ChaosDemoOptions {
 export async function runChaosDemo(
   options: ChaosDemoOptions = {},
 ): Promise<TeamRunResult & { home: string; seed: number }> {
-  const say = (line: string) => options.quiet || process.stdout.write(line + '\n');
+  const say = (line: string) => options.quiet || process.stdout.write(`${line}\n`);
   const seed = options.seed ?? Math.floor(Math.random() * 2 ** 31);
   const random = seeded(seed);
   const slow = (options.stepDelayMs ?? 0) > 0;

@@ -29,7 +29,7 @@ export interface DemoOptions {
 export async function runDemo(
   options: DemoOptions = {},
 ): Promise<{ taskId: string; home: string; events: StoredEvent[] }> {
-  const say = (line: string) => options.quiet || process.stdout.write(line + '\n');
+  const say = (line: string) => options.quiet || process.stdout.write(`${line}\n`);
   const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-demo-'));
   const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), {
     logger: pino({ level: 'warn' }),

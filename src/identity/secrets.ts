@@ -12,14 +12,14 @@ export function readOrCreateSecretFile(file: string, make: () => string): string
     if (value.length > 0) return value;
   }
   const value = make();
-  writeFileSync(file, value + '\n', { mode: 0o600, flag: 'w' });
+  writeFileSync(file, `${value}\n`, { mode: 0o600, flag: 'w' });
   chmodSync(file, 0o600);
   return value;
 }
 
 /** Writes a secret given from outside (the environment) to its file, mode 0600. */
 export function writeSecretFile(file: string, value: string): void {
-  writeFileSync(file, value + '\n', { mode: 0o600, flag: 'w' });
+  writeFileSync(file, `${value}\n`, { mode: 0o600, flag: 'w' });
   chmodSync(file, 0o600);
 }
 

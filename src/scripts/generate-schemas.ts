@@ -31,7 +31,7 @@ A test fails when they drift from the code.
 function document(rel: string, title: string, schema: Record<string, unknown>): string {
   const { $schema: _ignored, ...rest } = schema;
   const doc = { $schema: DRAFT, $id: BASE_ID + rel, title, ...rest };
-  return JSON.stringify(doc, null, 2) + '\n';
+  return `${JSON.stringify(doc, null, 2)}\n`;
 }
 
 /** Every generated file: path relative to schemas/ → file text. Pure; no I/O. */

@@ -141,7 +141,7 @@ export function wrapChild(
   return {
     pid: child.pid,
     writeLine: (line) => {
-      if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(line + '\n');
+      if (!child.stdin.destroyed && child.stdin.writable) child.stdin.write(`${line}\n`);
     },
     end: () => child.stdin.end(),
     // The agent runs in its own process group (spawned detached): a shell and whatever the

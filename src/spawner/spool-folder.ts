@@ -28,7 +28,7 @@ export function readSpoolIdentity(dir: string): SpoolIdentity | null {
 export function writeSpoolIdentity(dir: string, identity: SpoolIdentity): void {
   writeFileAtomic(
     path.join(dir, 'spawner.json'),
-    JSON.stringify({ instance: identity.instance, seq_reserved: identity.seq_reserved }) + '\n',
+    `${JSON.stringify({ instance: identity.instance, seq_reserved: identity.seq_reserved })}\n`,
   );
 }
 

@@ -124,7 +124,7 @@ export class Spool {
     }
     const seq = this.nextSeq++;
     if (this.nextSeq >= this.reservedUpTo) this.reserve();
-    const line = JSON.stringify({ seq, route, body }) + '\n';
+    const line = `${JSON.stringify({ seq, route, body })}\n`;
     const entry: Queued = { seq, route, body, line, bytes: Buffer.byteLength(line) };
     this.queuedBytes += entry.bytes;
     return new Promise<void>((resolve, reject) => {

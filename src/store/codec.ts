@@ -43,5 +43,5 @@ export function serialiseDrafts(drafts: readonly EventDraft[], refuse: (taskId: 
 /** Splices the envelope (and commit markers) in front of an event's fields serialised once. */
 export function eventLine(seq: number, ts: number, head: string, body: string, commit: number, of: number): string {
   const markers = of > 1 ? `,"commit":${commit},"of":${of}` : '';
-  return `{"seq":${seq},"ts":${ts}${markers},${head}${body.length > 2 ? ',' + body.slice(1) : '}'}\n`;
+  return `{"seq":${seq},"ts":${ts}${markers},${head}${body.length > 2 ? `,${body.slice(1)}` : '}'}\n`;
 }

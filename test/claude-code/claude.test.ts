@@ -137,7 +137,7 @@ function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.Proce
   return { child, lines, stderr: () => stderr, exited, waitLine };
 }
 
-const userLine = (text: string) => JSON.stringify({ type: 'user', message: { role: 'user', content: text } }) + '\n';
+const userLine = (text: string) => `${JSON.stringify({ type: 'user', message: { role: 'user', content: text } })}\n`;
 
 describe('Claude Code (the real binary) against Beidou', () => {
   let ts: TestServer | undefined;

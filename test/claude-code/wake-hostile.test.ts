@@ -280,7 +280,7 @@ describe('the wake path under hostile conditions', () => {
     const task = await createTask(ts);
     const tokenFile = path.join(ts.home, 'agents', `${task.root_agent_id}.token`);
     mkdirSync(path.dirname(tokenFile), { recursive: true, mode: 0o700 });
-    writeFileSync(tokenFile, task.token + '\n', { mode: 0o600 });
+    writeFileSync(tokenFile, `${task.token}\n`, { mode: 0o600 });
     const port = Number(new URL(ts.url).port);
     const serverHome = ts.home;
     const restart = async () => {
@@ -703,7 +703,7 @@ describe('the wake path under hostile conditions', () => {
 
       // Re-attached with the same --token-file to another agent (the root of another task).
       const other = await createTask(b.ts);
-      writeFileSync(`${b.tokenFile}.new`, other.token + '\n', { mode: 0o600 });
+      writeFileSync(`${b.tokenFile}.new`, `${other.token}\n`, { mode: 0o600 });
       renameSync(`${b.tokenFile}.new`, b.tokenFile);
       await b.restart();
       const otherClient = await connectAgent(b.ts.url, other.token);

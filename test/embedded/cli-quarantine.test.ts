@@ -40,7 +40,7 @@ describe('a quarantined task from the CLI', { timeout: 60_000 }, () => {
     const lines = readFileSync(file, 'utf8').split('\n').filter(Boolean);
     writeFileSync(
       file,
-      [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n',
+      `${[...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n')}\n`,
     );
     ts = await startTestServer({ home });
     const cli = (...args: string[]) => beidou([...args, '--server', ts.url, '--home', home]);

@@ -756,7 +756,7 @@ describe('the dashboard in Chromium: failures', { timeout: 45_000 }, () => {
         .filter((l) => l.length > 0);
       writeFileSync(
         file,
-        [...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n',
+        `${[...lines, lines.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n')}\n`,
       );
       // On a new port: a keep-alive socket to the old server must not carry the first request.
       ts = await startTestServer({ home });

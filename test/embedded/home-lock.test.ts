@@ -121,7 +121,7 @@ describe('one writer per home', { timeout: 60_000 }, () => {
     // The last message's line is garbage: the task is quarantined, the other one runs.
     const file = path.join(home, 'events', `${damaged.task_id}.jsonl`);
     const original = nonEmpty(readFileSync(file, 'utf8'));
-    const corrupted = [...original.slice(0, -1), '{"seq":'].join('\n') + '\n';
+    const corrupted = `${[...original.slice(0, -1), '{"seq":'].join('\n')}\n`;
     writeFileSync(file, corrupted);
     const check = await cli(['doctor', '--home', home]);
     expect(check.code).toBe(1);

@@ -102,7 +102,7 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const before = durableEvents(ts, task.task_id);
 
     // Parses fine (JSON.parse is iterative), but JSON.stringify recurses and throws RangeError.
-    const deep = '{"a":'.repeat(20_000) + '1' + '}'.repeat(20_000);
+    const deep = `${'{"a":'.repeat(20_000)}1${'}'.repeat(20_000)}`;
     const text = (t: string) => `{"event":"assistant_text","message_id":"m1","text":"${t}","stop_reason":null}`;
     const batch = `{"events":[${text('one')},${text('two')},{"event":"tool_called","message_id":"m1","tool_use_id":"tu1","name":"Bash","input":${deep}}]}`;
     const refused = await s.post(`/agents/${task.root_agent_id}/events`, batch);
@@ -160,7 +160,7 @@ describe('log integrity', { timeout: 60_000 }, () => {
       commit: beforeSeq + 1,
       of: commit.length,
     });
-    writeFileSync(file, lines.slice(0, beforeSeq + 1).join('\n') + '\n');
+    writeFileSync(file, `${lines.slice(0, beforeSeq + 1).join('\n')}\n`);
 
     const { logger, lines: logLines } = capturingLogger();
     ts = await start(logger);
@@ -198,13 +198,13 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const badFile = fileOf(home, corrupt.task_id);
     const bad = linesOf(badFile);
     bad[1] = '{"seq":2,"ts":1,"event":"send_mes';
-    writeFileSync(badFile, bad.join('\n') + '\n');
+    writeFileSync(badFile, `${bad.join('\n')}\n`);
     // Two writers on one home: the same seq twice.
     const twiceFile = fileOf(home, doubled.task_id);
     const twice = linesOf(twiceFile);
     writeFileSync(
       twiceFile,
-      [...twice, twice.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n') + '\n',
+      `${[...twice, twice.at(-1)!.replace(/"message_id":"[^"]+"/, '"message_id":"msg_other"')].join('\n')}\n`,
     );
     // A folder by a task file's name cannot be read as a log: that one task is quarantined.
     const folder = path.join(home, 'events', 'tsk_folder.jsonl');

@@ -255,7 +255,7 @@ describe('authentication (docs/api.md)', () => {
     const lastChar = admin.at(-1)!;
     const nearMisses = [
       admin.slice(0, -1),
-      admin + 'x',
+      `${admin}x`,
       admin.slice(0, -1) + (lastChar === 'A' ? 'B' : 'A'),
       admin.toUpperCase() === admin ? admin.toLowerCase() : admin.toUpperCase(),
       `bdu_admin_${'A'.repeat(32)}`,
@@ -435,7 +435,7 @@ describe('secrets in the home (docs/api.md)', () => {
     try {
       expect(ts.adminToken).toBe(adminToken);
       expect((await apiTasks(ts, adminToken)).status).toBe(200);
-      await expect401(await apiTasks(ts, adminToken + '.x'), 'invalid_token');
+      await expect401(await apiTasks(ts, `${adminToken}.x`), 'invalid_token');
     } finally {
       await ts.close();
       removeHome(ts.home);

@@ -22,7 +22,7 @@ async function run(
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = new CliChild(args, env);
   const { code } = await child.exited;
-  return { code, stdout: child.lines.map((l) => l + '\n').join(''), stderr: child.stderr };
+  return { code, stdout: child.lines.map((l) => `${l}\n`).join(''), stderr: child.stderr };
 }
 
 /** `beidou serve` on a free port; resolves once it prints where it listens. */
@@ -209,7 +209,7 @@ describe('beidou client commands', () => {
   it('token prints the admin token', async () => {
     const { code, stdout, stderr } = await run(['token', '--home', home]);
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
-    expect(stdout).toBe(adminTokenOf(home) + '\n');
+    expect(stdout).toBe(`${adminTokenOf(home)}\n`);
     const res = await fetch(`${server.url}/api/tasks`, { headers: { authorization: `Bearer ${stdout.trim()}` } });
     expect(res.status).toBe(200);
   });
@@ -219,7 +219,7 @@ describe('beidou client commands', () => {
     const { code, stdout, stderr } = await run(client('token', '--agent', created.root_agent_id));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
     const token = stdout.trim();
-    expect(stdout).toBe(token + '\n');
+    expect(stdout).toBe(`${token}\n`);
     expect(token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
     expect(token).not.toBe(created.token);
     const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>;

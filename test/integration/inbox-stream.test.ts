@@ -614,7 +614,7 @@ describe('the inbox stream', () => {
         '?padding=1',
         '?evs_preamble=1',
         '?lastEventId=%00%ff',
-        '?evs_last_event_id=' + 'x'.repeat(4000),
+        `?evs_last_event_id=${'x'.repeat(4000)}`,
         '?x[y][z]=1&x=2&__proto__[a]=1',
         '?%E0%A4%A',
         '?since=-1&limit=abc',

@@ -318,7 +318,7 @@ describe('adapter failures are one line and an agent_error with a reason', () =>
   it('an event line missing a field: the valid lines are posted, the invalid one is printed naming the field', async () => {
     const { ts, token, task } = await serverWithTask();
     const agent = path.join(tempDir(), 'agent.mjs');
-    const line = (o: unknown) => `process.stdout.write(${JSON.stringify(JSON.stringify(o) + '\n')});`;
+    const line = (o: unknown) => `process.stdout.write(${JSON.stringify(`${JSON.stringify(o)}\n`)});`;
     writeFileSync(
       agent,
       [

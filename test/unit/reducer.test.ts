@@ -840,17 +840,15 @@ describe('questions', () => {
     apply(
       state,
       log.ev('question_asked', questionAsked('q_1', 'ag_b', 'ag_a')),
-      log
-        .at(6_300)
-        .ev('question_answered', {
-          qid: 'q_1',
-          asker: 'ag_b',
-          chain_len: 1,
-          answers,
-          answer_text: 'Yes',
-          by: 'ag_a',
-          reason: 'obvious',
-        }),
+      log.at(6_300).ev('question_answered', {
+        qid: 'q_1',
+        asker: 'ag_b',
+        chain_len: 1,
+        answers,
+        answer_text: 'Yes',
+        by: 'ag_a',
+        reason: 'obvious',
+      }),
     );
     const q = state.questions.get('q_1')!;
     expect(q).toMatchObject({
@@ -869,17 +867,15 @@ describe('questions', () => {
     apply(
       state,
       log.ev('question_asked', questionAsked('q_1', ROOT, null)),
-      log
-        .at(6_400)
-        .ev('question_answered', {
-          qid: 'q_1',
-          asker: ROOT,
-          chain_len: 1,
-          answers: [{ selected_labels: [], selected_values: [], text: 'free' }],
-          answer_text: 'free',
-          by: USER,
-          reason: null,
-        }),
+      log.at(6_400).ev('question_answered', {
+        qid: 'q_1',
+        asker: ROOT,
+        chain_len: 1,
+        answers: [{ selected_labels: [], selected_values: [], text: 'free' }],
+        answer_text: 'free',
+        by: USER,
+        reason: null,
+      }),
     );
     expect(state.questions.get('q_1')).toMatchObject({
       status: 'answered',

@@ -54,11 +54,11 @@ describe('safeName', () => {
 
   it('caps the length at 64 characters without cutting one in half', () => {
     expect(safeName('a'.repeat(200))).toBe('a'.repeat(64));
-    const emoji = safeName('a'.repeat(63) + '😀😀😀');
-    expect(emoji).toBe('a'.repeat(63) + '😀');
+    const emoji = safeName(`${'a'.repeat(63)}😀😀😀`);
+    expect(emoji).toBe(`${'a'.repeat(63)}😀`);
     expect(emoji).not.toMatch(LONE_SURROGATE);
     // A cut that lands on a space leaves no trailing space.
-    expect(safeName('b'.repeat(63) + ' cdef')).toBe('b'.repeat(63));
+    expect(safeName(`${'b'.repeat(63)} cdef`)).toBe('b'.repeat(63));
   });
 });
 

@@ -133,7 +133,7 @@ export function ring(r: Ring): Promise<void> {
     },
   ];
   return new Promise((resolve, reject) => {
-    const conn = createConnection(r.socket, () => conn.end(lines.map((l) => JSON.stringify(l) + '\n').join('')));
+    const conn = createConnection(r.socket, () => conn.end(lines.map((l) => `${JSON.stringify(l)}\n`).join('')));
     conn.setTimeout(5_000, () =>
       conn.destroy(new Error(`the session socket ${r.socket} did not take the doorbell in 5 s`)),
     );

@@ -69,7 +69,7 @@ export async function rewakeWait(opts: RewakeOptions): Promise<number> {
         await pause(SETTLE_MS, stop.signal);
         if (stop.signal.aborted || !latest || latest.count === 0 || !idle()) continue;
         if (!state.isNewestWaiter(claudeKey)) return stop.abort();
-        process.stderr.write(doorbellText(latest) + '\n');
+        process.stderr.write(`${doorbellText(latest)}\n`);
         code = 2;
         return stop.abort();
       }

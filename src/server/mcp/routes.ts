@@ -135,10 +135,8 @@ function jsonRpcError(res: Response, status: number, code: number, message: stri
 }
 
 function forbidden(res: Response): void {
-  res
-    .status(403)
-    .json({
-      error: 'session_forbidden',
-      message: 'this MCP session belongs to another agent; open your own session with your token',
-    });
+  res.status(403).json({
+    error: 'session_forbidden',
+    message: 'this MCP session belongs to another agent; open your own session with your token',
+  });
 }
