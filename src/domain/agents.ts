@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { homePaths } from '../config.js';
 import type { EventDraft } from '../events/catalogue.js';
-import { cascadeOrder, depthOfTeamLedBy } from '../registry/queries.js';
+import { depthOfTeamLedBy } from '../registry/queries.js';
 import { USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
@@ -9,9 +9,9 @@ import { assertAgentsPerTask, assertContentSize, assertPlanTasks, assertTeamsPer
 import { launchTexts, type LaunchTexts } from './prompt.js';
 
 /**
- * Agents, teams and tasks: registering agents (with their launch request), creating teams
- * and tasks, and terminating agents (what an end does to a plan task is in plans.ts). Each
- * returns event drafts for the caller to commit.
+ * Agents, teams and tasks: registering agents (with their launch request), and creating
+ * teams and tasks (terminating agents is in termination.ts). Each returns event drafts for
+ * the caller to commit.
  */
 
 /** What registering an agent needs of its skill (a loaded SKILL.md has all of it). */
@@ -314,45 +314,4 @@ export function createTeam(
     return { agent_id: agentId, role: role.role };
   });
   return { teamId, members, drafts };
-}
-
-export type TerminateReason = 'admin' | 'leader' | 'leader_force' | 'root_approved';
-
-/**
- * Sentinels for `target` and, depth-first, every agent in the teams it leads (deepest
- * first, `target` last). An agent no spawner runs consumes its sentinel at once (its token
- * stops working). Terminating the root ends the task.
- */
-export function terminationDrafts(
-  state: RegistryState,
-  callerId: string,
-  target: AgentRecord,
-  reason: TerminateReason,
-): EventDraft[] {
-  const drafts: EventDraft[] = [];
-  for (const agent of cascadeOrder(state, target)) {
-    if (!agent.terminate_posted) {
-      drafts.push({
-        event: 'terminate.posted',
-        task_id: agent.task_id,
-        caller_id: callerId,
-        agent_id: agent.agent_id,
-        reason: agent === target ? reason : 'cascade',
-      });
-    }
-    // A spawner ends its agent's process and then acknowledges; an agent no spawner holds
-    // consumes its sentinel at once (its token stops working).
-    if (!agent.spawner_id)
-      drafts.push({ event: 'terminate.consumed', task_id: agent.task_id, agent_id: agent.agent_id, via: 'server' });
-  }
-  const task = state.tasks.get(target.task_id);
-  if (task && task.root_agent_id === target.agent_id && task.status === 'running') {
-    drafts.push({
-      event: 'task_ended',
-      task_id: task.task_id,
-      status: reason === 'root_approved' ? 'done' : 'terminated',
-      reason,
-    });
-  }
-  return drafts;
 }

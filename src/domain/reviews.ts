@@ -1,7 +1,7 @@
 import type { EventDraft } from '../events/catalogue.js';
 import { activePlan, childrenPendingReview } from '../registry/queries.js';
 import { USER, type AgentRecord } from '../registry/state.js';
-import { terminationDrafts } from './agents.js';
+import { terminationDrafts } from './termination.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
 import { assertContentSize } from './limits.js';

@@ -9,7 +9,7 @@ import {
   type QuestionOrigin,
   type QuestionRecord,
 } from '../registry/state.js';
-import { terminationDrafts } from './agents.js';
+import { terminationDrafts } from './termination.js';
 import { promptSummary } from './answers.js';
 import type { DomainContext } from './context.js';
 import { messageDrafts } from './messages.js';

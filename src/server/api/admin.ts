@@ -1,9 +1,10 @@
 import { Router, type Request, type Response } from 'express';
 import { z } from 'zod';
-import { newTask, terminationDrafts } from '../../domain/agents.js';
+import { newTask } from '../../domain/agents.js';
 import { DomainError } from '../../domain/errors.js';
 import { postMessage } from '../../domain/messages.js';
 import * as routing from '../../domain/questions.js';
+import { terminationDrafts } from '../../domain/termination.js';
 import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
 import { USER } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';

@@ -14,9 +14,9 @@ import {
 } from '../../events/event-log.js';
 import { GroupCommit } from '../group-commit.js';
 import { eventLine, serialiseDrafts } from '../codec.js';
-import { DatabaseInUseError } from './connect.js';
+import { commitRows } from './commit.js';
 import { Follower, type FollowedLog } from './follower.js';
-import { WriterFencedError, WriterLease, type LeaseOptions } from './lease.js';
+import { WriterLease, type LeaseOptions } from './lease.js';
 import { replayStored, taskLog, type TaskLog } from './replay.js';
 
 /**
@@ -28,7 +28,7 @@ import { replayStored, taskLog, type TaskLog } from './replay.js';
  * acknowledged is committed.
  *
  * One writer per database, by a lease (`WriterLease`, lease.ts): `open` takes it and
- * replays; every commit inserts only if the lease's epoch is still current. A commit that
+ * replays; every commit (commit.ts) inserts only if the lease's epoch is still current. A commit that
  * fails (connection lost, key or fence refused) fails the log as a failed write fails the
  * JSONL one: memory is ahead of the store, so nothing more is acknowledged. A standby's log
  * replays without the lease and follows the writer's commits (`follow`; `Follower`,
@@ -189,63 +189,14 @@ export class PgEventLog implements EventLog {
     return { events, durable: this.commits.add(touched) };
   }
 
-  /** One group commit: every pending row of the batch in one statement (GroupCommit runs one at a time). */
+  /** One group commit: every pending row of the batch in one statement (commit.ts; GroupCommit runs one at a time). */
   private async write(batch: TaskLog[]): Promise<() => void> {
     const taken = batch.map((task) => {
       const rows = task.pending;
       task.pending = [];
       return { task, rows };
     });
-    const taskIds: string[] = [];
-    const seqs: number[] = [];
-    const tss: number[] = [];
-    const names: string[] = [];
-    const lines: string[] = [];
-    const newTasks: string[] = [];
-    const newTaskTs: number[] = [];
-    for (const { rows } of taken) {
-      for (const { event, line } of rows) {
-        taskIds.push(event.task_id);
-        seqs.push(event.seq);
-        tss.push(event.ts);
-        names.push(event.event);
-        lines.push(line);
-        if (event.seq === 1) {
-          newTasks.push(event.task_id);
-          newTaskTs.push(event.ts);
-        }
-      }
-    }
-    try {
-      if (lines.length > 0) {
-        const client = (this.lease.client ??= await this.lease.reconnect());
-        // One statement: one round trip and one transaction. The fence row is held (FOR
-        // SHARE) so that a takeover bumping the epoch waits for this commit, and sees it in
-        // its replay; a commit after a takeover inserts nothing.
-        const { rows } = await client.query<{ stored: number }>(
-          `WITH fence AS (
-             SELECT epoch FROM log_writer WHERE epoch = $1 FOR SHARE
-           ), new_tasks AS (
-             INSERT INTO log_tasks (task_id, created_ts)
-             SELECT * FROM unnest($2::text[], $3::float8[]) WHERE EXISTS (SELECT 1 FROM fence)
-           ), stored AS (
-             INSERT INTO events (task_id, seq, ts, event, body)
-             SELECT t, s, ts, e, b::json FROM unnest($4::text[], $5::int[], $6::float8[], $7::text[], $8::text[]) AS r(t, s, ts, e, b)
-             WHERE EXISTS (SELECT 1 FROM fence)
-             RETURNING 1
-           )
-           -- Standbys following the log are told at commit (NOTIFY is sent only if it commits).
-           SELECT (SELECT count(*)::int FROM stored) AS stored, pg_notify('beidou_events', $1::text) AS told`,
-          [this.lease.epoch, newTasks, newTaskTs, taskIds, seqs, tss, names, lines],
-        );
-        if (rows[0]!.stored !== lines.length) throw new WriterFencedError(this.lease.epoch);
-      }
-    } catch (err) {
-      // Memory is ahead of the store, and whether a commit cut short was stored is not
-      // known: nothing of this batch is acknowledged, and nothing more will be (the throw).
-      if (err instanceof WriterFencedError) void this.lease.fenced(err);
-      throw describeCommitFailure(err);
-    }
+    await commitRows(this.lease, taken);
     for (const { task, rows } of taken) for (const { line } of rows) task.lines.push(line);
     return () => {
       for (const { task, rows } of taken) {
@@ -321,18 +272,4 @@ export class PgEventLog implements EventLog {
       await this.lease.release();
     }
   }
-}
-
-/** A commit's failure in words an operator can act on; the driver's message stays in it. */
-function describeCommitFailure(err: unknown): Error {
-  if (err instanceof WriterFencedError || err instanceof DatabaseInUseError) return err;
-  const e = err as { code?: string; detail?: string; message?: string };
-  if (e.code === '23505') {
-    return new Error(
-      `another writer already stored an event this server numbered (${e.detail ?? e.message}): the (task_id, seq) key refused the commit`,
-    );
-  }
-  return new Error(
-    `a commit to PostgreSQL failed (${e.message ?? String(err)}); whether it was stored is unknown, and nothing of it was acknowledged`,
-  );
 }
