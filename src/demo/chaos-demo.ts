@@ -5,7 +5,8 @@ import { PACKAGE_ROOT } from '../util/version.js';
 import { seeded } from './chaos-processes.js';
 import { recoveryLines } from './chaos-report.js';
 import type { StoredEvent } from '../events/catalogue.js';
-import { planFaults, runTeam, type TeamRunResult } from './chaos.js';
+import { planFaults } from './chaos-faults.js';
+import { runTeam, type TeamRunResult } from './chaos.js';
 import { Story } from './story.js';
 import { nextLines, watchLines } from './where.js';
 

@@ -1,4 +1,5 @@
-import type { Ev, FaultRecord, TeamRunResult } from './chaos.js';
+import type { FaultRecord } from './chaos-faults.js';
+import type { Ev, TeamRunResult } from './chaos.js';
 
 /**
  * How each part recovered from each fault of a chaos run, told from the task's events: the

@@ -9,6 +9,7 @@ import {
   type AgentProcess,
   type ChildHandle,
 } from './chaos-processes.js';
+import type { FaultKind, FaultPlan, FaultRecord } from './chaos-faults.js';
 
 /**
  * A team run through real processes — `beidou serve` on a fixed port, two `beidou spawner`s
@@ -21,24 +22,6 @@ import {
  * test/chaos/team.test.ts both drive it.
  */
 
-/** `outage+agent`: an agent process is killed while the server is down (its crash happens in the outage). */
-export type FaultKind = 'server' | 'spawner' | 'agent' | 'outage+agent';
-export interface FaultPlan {
-  /** Wait after the previous fault (or the task's creation). */
-  afterMs: number;
-  kind: FaultKind;
-}
-export interface FaultRecord {
-  kind: FaultKind;
-  /** When it was injected, in ms since the task was created. */
-  atMs: number;
-  target: string;
-  pid: number;
-  agentId?: string;
-  spawnerId?: string;
-  /** The server: when it listened again. */
-  backAtMs?: number;
-}
 export type Ev = { seq: number; ts: number; event: string; task_id: string } & Record<string, any>;
 export interface Answer {
   selected_labels: string[];
@@ -82,20 +65,6 @@ export interface TeamRunResult {
   agents: Array<Record<string, any>>;
   /** Set when the task did not end before the deadline. */
   error: string | null;
-}
-
-/**
- * Faults in a seeded order, each `minGapMs`..`maxGapMs` (seeded) after the previous one has
- * done its harm (the server back, the spawner's loss noticed), so every fault lands while the
- * team still works whatever the machine's pace.
- */
-export function planFaults(random: () => number, kinds: FaultKind[], minGapMs: number, maxGapMs: number): FaultPlan[] {
-  const order = [...kinds];
-  for (let i = order.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1));
-    [order[i], order[j]] = [order[j]!, order[i]!];
-  }
-  return order.map((kind) => ({ kind, afterMs: Math.round(minGapMs + random() * (maxGapMs - minGapMs)) }));
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

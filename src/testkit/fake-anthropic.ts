@@ -1,6 +1,7 @@
 // In src/ (not test/support/) so the bench, compiled from src/, runs Claude Code against it as the tests do.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { writeReply } from './fake-anthropic-reply.js';
 
 /**
  * A scripted stand-in for the Anthropic Messages API, for running the real Claude Code
@@ -189,7 +190,6 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
     recorded.kind = side ? 'side' : index === null ? 'unscripted' : 'scripted';
     if (index !== null) recorded.turn = index;
     const content = contentOf(index);
-    const stopReason = content.some((b) => b.type === 'tool_use') ? 'tool_use' : 'end_turn';
     const id = `msg_fake_${++ids}`;
     recorded.messageId = id;
     recorded.toolUseIds = content.filter((b) => b.type === 'tool_use').map((b) => b.id!);
@@ -199,60 +199,7 @@ export async function startFakeAnthropic(script: ScriptTurn[] = []): Promise<Fak
       cache_creation_input_tokens: 0,
       cache_read_input_tokens: 50,
     };
-    if (!body.stream) {
-      res.writeHead(200, { 'content-type': 'application/json', 'request-id': `req_${id}` });
-      res.end(
-        JSON.stringify({
-          id,
-          type: 'message',
-          role: 'assistant',
-          model: body.model,
-          content,
-          stop_reason: stopReason,
-          stop_sequence: null,
-          usage,
-        }),
-      );
-      return;
-    }
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', 'request-id': `req_${id}` });
-    const send = (type: string, data: Record<string, unknown>) =>
-      res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
-    send('message_start', {
-      message: {
-        id,
-        type: 'message',
-        role: 'assistant',
-        model: body.model,
-        content: [],
-        stop_reason: null,
-        stop_sequence: null,
-        usage: { ...usage, output_tokens: 1 },
-      },
-    });
-    content.forEach((block, index) => {
-      if (block.type === 'text') {
-        send('content_block_start', { index, content_block: { type: 'text', text: '' } });
-        send('content_block_delta', { index, delta: { type: 'text_delta', text: block.text } });
-      } else {
-        send('content_block_start', {
-          index,
-          content_block: { type: 'tool_use', id: block.id, name: block.name, input: {} },
-        });
-        const json = JSON.stringify(block.input);
-        // Two fragments, as the real API streams partial JSON.
-        const cut = Math.floor(json.length / 2);
-        send('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: json.slice(0, cut) } });
-        send('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: json.slice(cut) } });
-      }
-      send('content_block_stop', { index });
-    });
-    send('message_delta', {
-      delta: { stop_reason: stopReason, stop_sequence: null },
-      usage: { output_tokens: usage.output_tokens },
-    });
-    send('message_stop', {});
-    res.end();
+    writeReply(res, { id, model: body.model, content, usage }, body.stream);
   };
 
   const server = createServer((req, res) => {

@@ -1,7 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { planFaults, runTeam, type Answer, type Ev, type FaultPlan, type TeamRunResult } from '../../src/demo/chaos.js';
+import { planFaults, type FaultPlan } from '../../src/demo/chaos-faults.js';
+import { runTeam, type Answer, type Ev, type TeamRunResult } from '../../src/demo/chaos.js';
 import { seeded } from '../../src/demo/chaos-processes.js';
 import { removeHome, tempHome } from '../support/server.js';
 import { deliveryFaults, planOutcome, questionFaults, taskFileSeqFaults } from '../support/team-checks.js';

@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HookUsageError, parseHookArgs } from '../../src/cli/hook.js';
-import { attachedSettings, checkPaths, hookCommand, withoutOurs } from '../../src/cli/wake/attach.js';
+import { attachedSettings, hookCommand, withoutOurs } from '../../src/cli/wake/attach-settings.js';
+import { checkPaths } from '../../src/cli/wake/attach.js';
 import {
   doorbellContent,
   doorbellText,
