@@ -1,15 +1,10 @@
 import { fork, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { startHaproxy, type TestHaproxy } from '../testkit/haproxy.js';
-import { until, within } from '../testkit/poll.js';
-import { freePort } from '../testkit/ports.js';
-import { createDatabase, startPostgres, withClient, type TestPostgres } from '../testkit/postgres.js';
+import { within } from '../testkit/poll.js';
+import { withClient } from '../testkit/postgres.js';
+import { FailoverCluster, WAIT_MS } from './failover-cluster.js';
 import type { FailoverCommand, FailoverJob, FailoverReport } from './follow.js';
-import { BenchReplica } from './replica.js';
 
 /**
  * Section 9: failover time. A real PostgreSQL (the testkit's), two real `beidou serve`
@@ -23,7 +18,8 @@ import { BenchReplica } from './replica.js';
  * token). After a SIGKILL the killed replica is started again as the new standby; after a
  * SIGSTOP it is continued and must step down. After each run every acknowledged message id
  * must be stored exactly once and the task's `seq` be gapless, or the section fails: the
- * figure is of a correct failover.
+ * figure is of a correct failover. The stage (database, replicas, balancer, team) is set up
+ * and torn down by failover-cluster.ts; this is the measurement on it.
  */
 
 const CLIENTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'clients.js');
@@ -69,55 +65,19 @@ export interface FailoverOptions {
   onRun(run: FailoverRun): void;
 }
 
-/** Deadline of each wait; far past the 10 s bar, so a slow failover is measured, a stuck one fails. */
-const WAIT_MS = 60_000;
-
 export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]> {
   // Nothing below may let the event loop run empty while a wait is pending (a bench that
   // exits 0 mid-section would print nothing at all); the waits themselves hold timers too.
   const keepAlive = setInterval(() => undefined, 60_000);
-  let postgres: TestPostgres | null = null;
-  let balancer: TestHaproxy | null = null;
-  const replicas: BenchReplica[] = [];
+  const cluster = new FailoverCluster();
+  const { replicas } = cluster;
   let clients: ClientsProcess | null = null;
   try {
-    postgres = await startPostgres();
-    await createDatabase(postgres.url('postgres'), 'beidou_bench_failover');
-    const db = postgres.url('beidou_bench_failover');
-    const adminToken = `bench-admin-${randomBytes(16).toString('hex')}`;
-    const env = {
-      BEIDOU_DATABASE_URL: db,
-      BEIDOU_SECRET: `bench-secret-${randomBytes(24).toString('hex')}`,
-      BEIDOU_ADMIN_TOKEN: adminToken,
-      BEIDOU_INBOX_CAP: '1000000000',
-    };
-    const ports = [await freePort(), await freePort()];
-    const names = ['replica1', 'replica2'];
-    replicas[0] = await BenchReplica.start(names[0]!, ports[0]!, env);
-    replicas[1] = await BenchReplica.start(names[1]!, ports[1]!, env);
-    if (!/^role: active/.test(replicas[0].role) || !/^role: standby/.test(replicas[1].role)) {
-      throw new Error(
-        `expected replica1 active and replica2 standby, got "${replicas[0].role}" and "${replicas[1].role}"`,
-      );
-    }
-    // The testkit names the backends replica1, replica2 in this order.
-    balancer = await startHaproxy(
-      ports.map((p) => `127.0.0.1:${p}`),
-      { checkMs: opts.checkMs },
-    );
-    const lb = balancer.url;
+    await cluster.start(opts.checkMs);
+    const { db, lb } = cluster;
     let active = 0;
-    const routed = (to: number) =>
-      until(
-        `HAProxy routing to ${names[to]} only`,
-        async () => {
-          const states = (await balancer!.servers()).map((s) => s.status);
-          return states[to] === 'UP' && states[1 - to] !== 'UP' ? true : undefined;
-        },
-        WAIT_MS,
-      );
-    await routed(active);
-    const { taskId, tokens, targets } = await team(lb, adminToken, opts.agents);
+    await cluster.routed(active);
+    const { taskId, tokens, targets } = await cluster.team(opts.agents);
 
     const runs: FailoverRun[] = [];
     const ackedBefore = new Set<string>();
@@ -128,7 +88,7 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
     for (const [i, how] of plan.entries()) {
       const down = replicas[active]!;
       const standby = replicas[1 - active]!;
-      await routed(active);
+      await cluster.routed(active);
       clients = await ClientsProcess.start({ kind: 'failover', url: lb, tokens, targets, warmup: opts.warmup });
       await clients.next('the clients warm', (m) => ('warm' in m ? m : undefined));
 
@@ -159,9 +119,7 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
       if (how === 'SIGKILL') {
         await within(down.child.exited, WAIT_MS, `${down.name} to exit`);
         await down.stop();
-        replicas[active] = await BenchReplica.start(down.name, down.port, env);
-        if (!/^role: standby/.test(replicas[active]!.role))
-          throw new Error(`${down.name}, started again, is not a standby: ${replicas[active]!.role}`);
+        await cluster.restart(active);
       } else {
         const continued = Date.now();
         process.kill(down.pid, 'SIGCONT');
@@ -214,60 +172,7 @@ export async function failoverTime(opts: FailoverOptions): Promise<FailoverRun[]
   } finally {
     clearInterval(keepAlive);
     clients?.kill();
-    for (const r of replicas) await r?.stop().catch(() => undefined);
-    await balancer?.stop().catch(() => undefined);
-    await postgres?.stop().catch(() => undefined);
-  }
-}
-
-/** A task with a root and `n` members through the balancer; each member sends to the next. */
-async function team(
-  lb: string,
-  adminToken: string,
-  n: number,
-): Promise<{ taskId: string; tokens: string[]; targets: string[] }> {
-  const api = async (method: string, route: string, body?: unknown) => {
-    const res = await fetch(`${lb}/api${route}`, {
-      method,
-      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const out = (await res.json()) as any;
-    if (!res.ok) throw new Error(`${method} /api${route}: ${res.status} ${JSON.stringify(out)}`);
-    return out;
-  };
-  const task = await api('POST', '/tasks', { task: 'bench failover', name: 'bench failover', spawn: false });
-  const root = new Client({ name: 'beidou-bench-failover-root', version: '0' });
-  await root.connect(
-    new StreamableHTTPClientTransport(new URL(`${lb}/mcp`), {
-      requestInit: { headers: { authorization: `Bearer ${task.token}` } },
-    }),
-  );
-  try {
-    const made = (await root.callTool({
-      name: 'create_team',
-      arguments: {
-        name: 'senders',
-        task: 'send',
-        roles: Array.from({ length: n }, (_, i) => ({
-          role: `sender-${i}`,
-          skill: 'worker',
-          description: `sender ${i}`,
-        })),
-      },
-    })) as {
-      isError?: boolean;
-      content: Array<{ text?: string }>;
-      structuredContent?: { members: Array<{ agent_id: string }> };
-    };
-    if (made.isError || !made.structuredContent) throw new Error(`create_team failed: ${made.content[0]?.text}`);
-    const ids = made.structuredContent.members.map((m) => m.agent_id);
-    const tokens = await Promise.all(
-      ids.map(async (id) => (await api('POST', `/agents/${id}/token`, {})).token as string),
-    );
-    return { taskId: task.task_id as string, tokens, targets: ids.map((_, i) => ids[(i + 1) % ids.length]!) };
-  } finally {
-    await root.close().catch(() => undefined);
+    await cluster.stop();
   }
 }
 

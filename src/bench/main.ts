@@ -1,20 +1,15 @@
-import { fork } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import { z } from 'zod';
 import { loadConfig } from '../config.js';
-import { definePrimitive, type AnyPrimitive } from '../primitives/define.js';
-import { PRIMITIVES } from '../primitives/index.js';
-import { newTask } from '../domain/agents.js';
 import { startServer, type BeidouServer } from '../server/server.js';
-import { createDatabase, startPostgres } from '../testkit/postgres.js';
-import type { Figures, Job } from './clients.js';
-import { failoverTime, type FailoverRun } from './failover.js';
+import { failoverTime } from './failover.js';
+import { failoverLine, fmt, median, pct } from './figures.js';
+import { team, withServer } from './harness.js';
 import { historyStart, type StartFigure } from './history.js';
 import { largestRequests } from './limits.js';
+import { sendAndDelivery, sendOnPostgres, thousandAgents } from './throughput.js';
 import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
 
 /**
@@ -52,176 +47,12 @@ const FAILOVER_CHECK_MS = Number(process.env.BENCH_FAILOVER_CHECK_MS ?? 1000);
 /** The failover bar: one takes over within 10 s at the defaults. */
 const FAILOVER_BAR_S = 10;
 
-/** The floor: same input shape and the same wrapper as send_message, doing nothing. */
-const noop = definePrimitive({
-  name: 'bench_noop',
-  title: 'no-op (bench floor)',
-  description: 'Does nothing; the bench measures the stack under it.',
-  inputSchema: z.strictObject({ to: z.string().min(1), content: z.string().min(1) }),
-  outputSchema: z.object({ ok: z.literal(true) }),
-  allowedDuringReview: true,
-  async handler() {
-    return { ok: true as const };
-  },
-});
-
-const CLIENTS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'clients.js');
-
-function runClients(job: Job, onMessage?: (m: unknown, child: ReturnType<typeof fork>) => void): Promise<Figures> {
-  return new Promise((resolve, reject) => {
-    const child = fork(CLIENTS, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    const cpu0 = process.cpuUsage();
-    child.on('message', (m: { figures?: Figures }) => {
-      if (m.figures) {
-        const used = process.cpuUsage(cpu0);
-        resolve({
-          ...m.figures,
-          cpu: { server: (used.user + used.system) / 1e6, clients: m.figures.cpu?.clients ?? NaN },
-        });
-      } else onMessage?.(m, child);
-    });
-    child.on('exit', (code) => code !== 0 && reject(new Error(`bench clients exited with ${code}`)));
-    child.send(job);
-  });
-}
-
-const pct = (xs: number[], p: number) => {
-  if (xs.length === 0) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
-};
-const fmt = (n: number, digits = 1) => n.toFixed(digits);
-
-async function withServer<T>(
-  fn: (server: BeidouServer, home: string) => Promise<T>,
-  env: Record<string, string> = {},
-): Promise<T> {
-  const home = mkdtempSync(path.join(os.tmpdir(), 'beidou-bench-'));
-  const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_INBOX_CAP: '1000000000', ...env }), {
-    logger: pino({ level: 'silent' }),
-    catalogue: [...PRIMITIVES, noop as unknown as AnyPrimitive],
-  });
-  try {
-    return await fn(server, home);
-  } finally {
-    await server.close();
-    rmSync(home, { recursive: true, force: true });
-  }
-}
-
-/** A task whose root leads one team of `n` members; returns their ids and tokens. */
-async function team(server: BeidouServer, n: number) {
-  const { services } = server;
-  const skill = services.skills.load('worker');
-  const { taskId, rootAgentId, drafts } = newTask(services.domain, {
-    task: 'bench',
-    skill,
-    model: null,
-    name: 'bench',
-    workspace: null,
-    spawn: false,
-  });
-  await services.registry.commit(drafts);
-  const { createTeam } = await import('../primitives/create-team.js');
-  const root = services.registry.agent(rootAgentId)!;
-  const out = await createTeam.handler(
-    {
-      name: 'bench',
-      task: 'bench',
-      roles: Array.from({ length: n }, (_, i) => ({ role: `agent-${i}`, skill: 'worker', description: `member ${i}` })),
-      rules: [],
-      consensus: false,
-    },
-    { services, caller: root, signal: new AbortController().signal, progress: async () => {} },
-  );
-  const ids = out.members.map((m) => m.agent_id);
-  const tokens = await Promise.all(ids.map((id) => services.tokens.mintAgent(id, taskId)));
-  return { taskId, ids, tokens };
-}
-
-function report(name: string, f: Figures): { rps: number; p50: number; p99: number } {
-  const rps = f.calls / f.seconds;
-  if (f.cpu)
-    console.log(
-      `    (cpu: server ${fmt(f.cpu.server, 2)} s, clients ${fmt(f.cpu.clients, 2)} s over ${fmt(f.seconds, 2)} s)`,
-    );
-  const p50 = pct(f.latenciesMs, 50);
-  const p99 = pct(f.latenciesMs, 99);
-  console.log(
-    `  ${name.padEnd(26)} ${fmt(rps, 0).padStart(7)} req/s   p50 ${fmt(p50, 2).padStart(6)} ms   p99 ${fmt(p99, 2).padStart(6)} ms   errors ${f.errors}`,
-  );
-  return { rps, p50, p99 };
-}
-
 async function main(): Promise<void> {
   console.log(`beidou bench (node ${process.version}, ${os.cpus().length} cpus)\n`);
 
-  if (ONLY.has('1') || ONLY.has('2'))
-    await withServer(async (server) => {
-      console.log(`1. ${AGENTS} concurrent agents over Streamable HTTP, ${SECONDS} s each`);
-      const { ids, tokens } = await team(server, AGENTS);
-      const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
-      const floor = report(
-        'bench_noop (floor)',
-        await runClients({
-          kind: 'throughput',
-          url: server.url,
-          tokens,
-          targets,
-          tool: 'bench_noop',
-          seconds: SECONDS,
-        }),
-      );
-      const send = report(
-        'send_message',
-        await runClients({
-          kind: 'throughput',
-          url: server.url,
-          tokens,
-          targets,
-          tool: 'send_message',
-          seconds: SECONDS,
-        }),
-      );
-      console.log(
-        `  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`,
-      );
+  if (ONLY.has('1') || ONLY.has('2')) await sendAndDelivery(AGENTS, SECONDS);
 
-      console.log('2. send -> delivery latency (read_inbox waiting, 200 samples)');
-      const d = await runClients({
-        kind: 'delivery',
-        url: server.url,
-        senderToken: tokens[0]!,
-        receiverToken: tokens[1]!,
-        receiverId: ids[1]!,
-        samples: 200,
-      });
-      const delivery = { p50: pct(d.latenciesMs, 50), p99: pct(d.latenciesMs, 99) };
-      console.log(
-        `  send -> delivered          p50 ${fmt(delivery.p50, 2)} ms   p99 ${fmt(delivery.p99, 2)} ms   (floor round trip p50 ${fmt(floor.p50, 2)} ms)   errors ${d.errors}\n`,
-      );
-    });
-
-  if (ONLY.has('3'))
-    await withServer(
-      async (server) => {
-        console.log('3. 1,000 agents connected to one server');
-        const { tokens } = await team(server, 1000);
-        const before = process.memoryUsage().rss;
-        let connectedAt = 0;
-        const f = await runClients({ kind: 'connect', url: server.url, tokens }, (m, child) => {
-          if ((m as { connected?: number }).connected) {
-            connectedAt = process.memoryUsage().rss;
-            child.send('done');
-          }
-        });
-        console.log(
-          `  ${f.calls} sessions opened and called list_peers in ${fmt(f.seconds, 2)} s, errors ${f.errors}; server RSS ${fmt(before / 2 ** 20, 0)} -> ${fmt(connectedAt / 2 ** 20, 0)} MiB\n`,
-        );
-        // The root and its 1,000 members: one past the default agents-per-task quota.
-      },
-      { BEIDOU_MAX_AGENTS_PER_TASK: '1001' },
-    );
+  if (ONLY.has('3')) await thousandAgents();
 
   if (ONLY.has('5')) {
     console.log('5. the largest requests the default limits allow: longest event-loop block (bar: about 250 ms)');
@@ -281,52 +112,7 @@ async function main(): Promise<void> {
     console.log('');
   }
 
-  if (ONLY.has('8')) {
-    // Section 1 on the PostgreSQL store: a real server the bench starts (Debian's binaries),
-    // the same team and clients; the floor is measured on the same server, so the ratio
-    // says what the store's commit costs a call.
-    const postgres = await startPostgres();
-    try {
-      await createDatabase(postgres.url('postgres'), 'beidou_bench_send');
-      const env = {
-        BEIDOU_DATABASE_URL: postgres.url('beidou_bench_send'),
-        BEIDOU_SECRET: 'bench-secret-'.padEnd(40, 'x'),
-        BEIDOU_ADMIN_TOKEN: 'bench-admin-'.padEnd(40, 'x'),
-      };
-      await withServer(async (server) => {
-        console.log(`8. ${AGENTS} concurrent agents on the PostgreSQL store, ${SECONDS} s each`);
-        const { ids, tokens } = await team(server, AGENTS);
-        const targets = ids.map((_, i) => ids[(i + 1) % ids.length]!);
-        const floor = report(
-          'bench_noop (floor)',
-          await runClients({
-            kind: 'throughput',
-            url: server.url,
-            tokens,
-            targets,
-            tool: 'bench_noop',
-            seconds: SECONDS,
-          }),
-        );
-        const send = report(
-          'send_message (postgres)',
-          await runClients({
-            kind: 'throughput',
-            url: server.url,
-            tokens,
-            targets,
-            tool: 'send_message',
-            seconds: SECONDS,
-          }),
-        );
-        console.log(
-          `  send_message / floor: throughput ${fmt(send.rps / floor.rps, 2)}x, p50 latency ${fmt(send.p50 / floor.p50, 2)}x (bar: within 1.5x)\n`,
-        );
-      }, env);
-    } finally {
-      await postgres.stop();
-    }
-  }
+  if (ONLY.has('8')) await sendOnPostgres(AGENTS, SECONDS);
 
   if (ONLY.has('9')) {
     const lease = process.env.BEIDOU_LEASE_S
@@ -394,23 +180,6 @@ async function main(): Promise<void> {
     rmSync(home, { recursive: true, force: true });
   }
 }
-
-function failoverLine(r: FailoverRun): string {
-  const n = (x: number | null) => (x === null ? '?' : x.toLocaleString('en'));
-  const replayed = r.warm
-    ? `warm: read ${n(r.readEvents)} events at the takeover (${n(r.followedEvents)} followed) in ${r.replayMs} ms`
-    : `cold: replayed ${n(r.readEvents)} events in ${r.replayMs} ms`;
-  const failures = Object.entries(r.failures)
-    .map(([k, n]) => `${k} ${n}`)
-    .join(', ');
-  const paused = r.stepDownS === null ? '' : `; after SIGCONT ${r.down} stepped down in ${fmt(r.stepDownS, 2)} s`;
-  return (
-    `  ${r.how} run ${r.run} (${r.down} was active): active after ${fmt(r.activeS, 2).padStart(5)} s (${r.up}, ${replayed}, ${r.reason}), first ack after ${fmt(r.firstAckS, 2).padStart(5)} s${paused}; ` +
-    `${r.acked} acknowledged, each stored once, seq gapless (${r.events} events); ${r.failed} calls failed${failures ? ` (${failures})` : ''}, ${r.reconnects} sessions opened`
-  );
-}
-
-const median = (xs: number[]) => pct(xs, 50);
 
 let finished = false;
 // A pending await that nothing keeps alive lets Node exit 0 without a word: say so, and fail.
