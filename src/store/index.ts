@@ -74,5 +74,7 @@ export async function openStore(
 // What the replica's role needs of the PostgreSQL store besides the interfaces above: the
 // refusal while another replica holds the log, the lease's loss, and the standby's LISTEN.
 export { DatabaseInUseError, describeDatabaseUrl } from './postgres/connect.js';
+// The embedded store's one-writer lock on the home: taken by every server, with or without a database.
+export { acquireHomeLock, type HomeLock } from './embedded/home-lock.js';
 export type { LeaseLost } from './postgres/lease.js';
 export { NoticeListener, type ReplicaNotices } from './postgres/notices.js';

@@ -331,6 +331,37 @@ describe('the import rule (docs/architecture.md)', () => {
     ]);
   });
 
+  it('the stores keep the I/O: a planted file system or database import outside store/ is caught', () => {
+    const planted: Graph = new Map([
+      ['events/jsonl-log.ts', { local: ['events/event-log.ts'], packages: ['node:fs'] }],
+      ['events/event-log.ts', { local: [], packages: [] }],
+      ['registry/rollups.ts', { local: [], packages: ['better-sqlite3'] }],
+      ['registry/registry.ts', { local: ['store/index.ts'], packages: [] }],
+      ['domain/plans.ts', { local: [], packages: ['node:fs/promises'] }],
+      ['runtime/archiver.ts', { local: [], packages: ['pg'] }],
+      ['server/server.ts', { local: ['store/index.ts'], packages: ['pg'] }],
+      ['store/index.ts', { local: ['events/event-log.ts', 'store/embedded/jsonl-log.ts'], packages: [] }],
+      ['store/embedded/jsonl-log.ts', { local: ['registry/rollups.ts'], packages: ['node:fs', 'better-sqlite3'] }],
+      ['store/postgres/log.ts', { local: ['server/server.ts'], packages: ['pg'] }],
+      ['cli/stats.ts', { local: ['store/index.ts'], packages: ['pg'] }],
+    ]);
+    const found = violations(planted);
+    const caught = (prefix: string) => found.some((v) => v.startsWith(prefix));
+    expect(caught('events/jsonl-log.ts imports node:fs')).toBe(true);
+    expect(caught('registry/rollups.ts imports better-sqlite3')).toBe(true);
+    expect(caught('domain/plans.ts imports node:fs/promises')).toBe(true);
+    expect(caught('server/server.ts imports pg')).toBe(true);
+    expect(caught('runtime/archiver.ts imports pg')).toBe(true);
+    // store sits above registry and below server: neither may reach past it the wrong way.
+    expect(caught('registry/registry.ts imports store/index.ts')).toBe(true);
+    expect(caught('store/postgres/log.ts imports server/server.ts')).toBe(true);
+    // The stores themselves, and entry points, may.
+    expect(caught('store/embedded/jsonl-log.ts')).toBe(false);
+    expect(found.filter((v) => v.startsWith('store/postgres/log.ts'))).toHaveLength(1);
+    expect(caught('cli/stats.ts')).toBe(false);
+    expect(caught('server/server.ts imports store/index.ts')).toBe(false);
+  });
+
   it('the dashboard (web/) takes from src/ only describe.ts and text.ts, and types; what it takes stays pure', () => {
     const web = buildWebGraph();
     const files = [...web.keys()];
