@@ -106,7 +106,7 @@ async function main(): Promise<void> {
       console.log(line(`${store}, empty home (the floor)`, h.empty));
       if (h.before) console.log(line(`${store}, beidou before the index`, h.before));
       console.log(line(`${store}, no index (full replay)`, h.withoutIndex));
-      h.withIndex.forEach((f, i) => console.log(line(`${store}, with the index, run ${i + 1}`, f)));
+      for (const [i, f] of h.withIndex.entries()) console.log(line(`${store}, with the index, run ${i + 1}`, f));
       console.log(`  load average after the starts: ${h.load.after.map((l) => fmt(l, 2)).join(' ')}`);
     }
     console.log('');

@@ -106,7 +106,7 @@ export async function attach(opts: AttachOptions): Promise<void> {
   } catch (err) {
     throw err instanceof CliError ? err : new CliError((err as Error).message);
   }
-  writeFileAtomic(tokenFile, token + '\n', 0o600);
+  writeFileAtomic(tokenFile, `${token}\n`, 0o600);
 
   removeMcpServer(opts, dir);
   runClaude(
@@ -128,7 +128,7 @@ export async function attach(opts: AttachOptions): Promise<void> {
   const file = settingsFile(dir);
   writeFileAtomic(
     file,
-    JSON.stringify(attachedSettings(readJson(file), { server, tokenFile, home }), null, 2) + '\n',
+    `${JSON.stringify(attachedSettings(readJson(file), { server, tokenFile, home }), null, 2)}\n`,
     0o644,
   );
 
@@ -141,7 +141,7 @@ export async function attach(opts: AttachOptions): Promise<void> {
     token_file: tokenFile,
     settings: file,
   };
-  if (opts.json) return void process.stdout.write(JSON.stringify(out) + '\n');
+  if (opts.json) return void process.stdout.write(`${JSON.stringify(out)}\n`);
   process.stdout.write(
     [
       `attached ${agent.agent_id}${agent.name ? ` (${agent.name})` : ''} of task ${agent.task_id} to ${dir}`,
@@ -172,7 +172,7 @@ async function remove(opts: AttachOptions, dir: string): Promise<void> {
   if (hadSettings) {
     const rest = withoutOurs(settings);
     if (Object.keys(rest).length === 0) rmSync(file, { force: true });
-    else writeFileAtomic(file, JSON.stringify(rest, null, 2) + '\n', 0o644);
+    else writeFileAtomic(file, `${JSON.stringify(rest, null, 2)}\n`, 0o644);
   }
   const hadServer = removeMcpServer(opts, dir);
   const hadToken = !!tokenFile && existsSync(tokenFile);
@@ -267,7 +267,7 @@ export function checkPaths(opts: AttachOptions, dir: string): CheckResult[] {
 
 function check(opts: AttachOptions, dir: string): void {
   const results = checkPaths(opts, dir);
-  if (opts.json) return void process.stdout.write(JSON.stringify(results) + '\n');
+  if (opts.json) return void process.stdout.write(`${JSON.stringify(results)}\n`);
   for (const r of results) {
     const who = r.session
       ? `session ${r.session.pid}${r.session.version ? ` (Claude Code ${r.session.version})` : ''}: `
