@@ -1,32 +1,22 @@
 import { mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createParser } from 'eventsource-parser';
 import type { Logger } from 'pino';
-import {
-  INSTANCE_HEADER,
-  SPAWNER_API,
-  SPOOL_SEQ_HEADER,
-  type AckBody,
-  type DrainedEvent,
-  type HeartbeatBody,
-  type LaunchCommand,
-  type SpawnerCommand,
-  type StartedBody,
+import type {
+  AckBody,
+  DrainedEvent,
+  HeartbeatBody,
+  LaunchCommand,
+  SpawnerCommand,
+  StartedBody,
 } from '../protocol/spawner.js';
 import type { Adapter } from './adapter.js';
+import { CommandStream } from './command-stream.js';
 import { Reachability } from './reachability.js';
 import { reaped, Reaper } from './reaper.js';
-import {
-  Backoff,
-  SILENT_BEATS,
-  StreamSilent,
-  describeStreamFailure,
-  retryAfterMs,
-  seconds,
-  StreamRefused,
-} from './reconnect.js';
-import type { SendOutcome, Spool } from './spool.js';
+import { Backoff, describeStreamFailure, seconds, StreamRefused } from './reconnect.js';
+import { ServerPosts } from './server-posts.js';
+import type { Spool } from './spool.js';
 import { Supervisor, type SupervisorHost } from './supervisor.js';
 
 /** Drained events that only observe (the spool may drop them when full); the rest always stays. */
@@ -58,16 +48,17 @@ export class Spawner implements SupervisorHost {
   /** Agents whose termination this spawner acknowledged: a late launch for one is ignored. */
   private readonly ended = new Set<string>();
   private heartbeatS = 5;
-  /** Re-arms the open stream's silence timer once the hello has set the heartbeat. */
-  private heardHello: (() => void) | null = null;
   private graceS = 60;
   private heartbeat: NodeJS.Timeout | null = null;
   private readonly stopping = new AbortController();
-  private commands: Promise<void> = Promise.resolve();
   /** This spawner's instance id (kept in its spool dir): with the token's subject, the spawner's identity. */
   readonly instance: string;
   /** Whether the server answers (the command stream is up), and the times it stopped. */
   private readonly reachability: Reachability;
+  /** The stream of the server's commands (command-stream.ts); this spawner reconnects it. */
+  private readonly commandStream: CommandStream;
+  /** The heartbeat, and the reports the spool sends (server-posts.ts). */
+  private readonly serverPosts: ServerPosts;
   /** Resolves each time the server's hello arrives (tests and the demo wait on it). */
   onHello: (() => void) | null = null;
 
@@ -79,6 +70,26 @@ export class Spawner implements SupervisorHost {
     this.instance = opts.spool.instance;
     this.reapedAdapter = reaped(opts.adapter, this.reaper);
     this.reachability = new Reachability(opts.serverUrl, opts.logger, () => opts.spool.nudge());
+    this.commandStream = new CommandStream({
+      serverUrl: opts.serverUrl,
+      token: opts.token,
+      instance: this.instance,
+      maxAgents: opts.maxAgents,
+      name: opts.name,
+      log: opts.logger,
+      stopping: this.stopping.signal,
+      heartbeatS: () => this.heartbeatS,
+      handle: (command) => this.handle(command),
+      tokenRefused: () => this.stop(),
+    });
+    this.serverPosts = new ServerPosts(
+      opts.serverUrl,
+      opts.token,
+      this.instance,
+      opts.logger,
+      this.stopping.signal,
+      this.reachability,
+    );
   }
 
   get log(): Logger {
@@ -103,7 +114,7 @@ export class Spawner implements SupervisorHost {
       this.log.warn({ err: err.message }, 'no reaper: agents rely on their stdin closing if this spawner dies'),
     );
     const sending = this.opts.spool.deliver(
-      (route, body, seq) => this.sendSpooled(route, body, seq),
+      (route, body, seq) => this.serverPosts.sendSpooled(route, body, seq),
       this.stopping.signal,
       (route, seq) => this.log.error({ route, seq }, 'the server refused a spooled report; dropped it'),
     );
@@ -114,7 +125,7 @@ export class Spawner implements SupervisorHost {
       let why: string;
       let retryAfter: number | null = null;
       try {
-        await this.stream(() => backoff.reset());
+        await this.commandStream.open(() => backoff.reset());
         why = `the command stream from ${this.opts.serverUrl} ended`;
       } catch (err) {
         if (this.stopping.signal.aborted) break;
@@ -130,77 +141,11 @@ export class Spawner implements SupervisorHost {
     await sending;
   }
 
-  /** One command stream, until it ends; `opened` once the server accepted it. */
-  private async stream(opened: () => void): Promise<void> {
-    const url = `${this.opts.serverUrl}${SPAWNER_API}/stream?max_agents=${this.opts.maxAgents}&name=${encodeURIComponent(this.opts.name)}`;
-    // Silence for three heartbeats ends the stream: TCP alone may never tell (a paused
-    // server keeps its socket; a balancer keeps a connection to a server it marked down).
-    const silence = new AbortController();
-    let silentFor = 0;
-    let timer: NodeJS.Timeout | null = null;
-    const arm = () => {
-      if (timer) clearTimeout(timer);
-      silentFor = SILENT_BEATS * this.heartbeatS * 1000;
-      timer = setTimeout(() => silence.abort(new StreamSilent(silentFor)), silentFor);
-    };
-    arm();
-    // The hello gives the server's heartbeat: the silence allowed is counted in it from then.
-    this.heardHello = arm;
-    try {
-      await this.streamUntil(url, AbortSignal.any([this.stopping.signal, silence.signal]), opened, arm);
-    } catch (err) {
-      if (silence.signal.aborted && !this.stopping.signal.aborted) throw silence.signal.reason as StreamSilent;
-      throw err;
-    } finally {
-      if (timer) clearTimeout(timer);
-      if (this.heardHello === arm) this.heardHello = null;
-    }
-  }
-
-  private async streamUntil(url: string, signal: AbortSignal, opened: () => void, heard: () => void): Promise<void> {
-    const res = await fetch(url, {
-      headers: {
-        authorization: `Bearer ${this.opts.token}`,
-        accept: 'text/event-stream',
-        [INSTANCE_HEADER]: this.instance,
-      },
-      signal,
-    });
-    if (!res.ok || !res.body) {
-      const body = await res.text().catch(() => '');
-      if (res.status === 401) {
-        // A bad token will not get better by retrying.
-        this.log.error(
-          { server: this.opts.serverUrl, body: body.slice(0, 300) },
-          `the server at ${this.opts.serverUrl} refused this spawner's token (401): stopping`,
-        );
-        this.stop();
-      }
-      throw new StreamRefused(res.status, body, retryAfterMs(res.headers.get('retry-after')));
-    }
-    opened();
-    const parser = createParser({
-      onEvent: (e) => {
-        if (e.event !== 'command') return;
-        const command = JSON.parse(e.data) as SpawnerCommand;
-        // Commands are handled one at a time, in the order the server sent them.
-        this.commands = this.commands
-          .then(() => this.handle(command))
-          .catch((err: unknown) => this.log.error({ err }, 'command failed'));
-      },
-    });
-    const decoder = new TextDecoder();
-    for await (const chunk of res.body) {
-      heard();
-      parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
-    }
-  }
-
   private async handle(command: SpawnerCommand): Promise<void> {
     switch (command.type) {
       case 'hello': {
         this.heartbeatS = command.heartbeat_s;
-        this.heardHello?.();
+        this.commandStream.helloHeard();
         this.graceS = command.terminate_grace_s;
         // Agents the server gave to another spawner while we were away are not ours any more.
         for (const [id, sup] of this.agents) {
@@ -281,49 +226,7 @@ export class Spawner implements SupervisorHost {
       const observing = 'events' in body && body.events.every((e) => OBSERVING.has(e.event));
       return this.opts.spool.append(route, body, observing);
     }
-    const res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${this.opts.token}`,
-        'content-type': 'application/json',
-        [INSTANCE_HEADER]: this.instance,
-      },
-      body: JSON.stringify(body),
-    });
-    if (!res.ok) throw new Error(`${route}: ${res.status} ${await res.text()}`);
-  }
-
-  /** One spooled post, keyed by its spool sequence (the server ignores one it already committed). */
-  private async sendSpooled(route: string, body: unknown, seq: number): Promise<SendOutcome> {
-    let res: Response;
-    try {
-      res = await fetch(`${this.opts.serverUrl}${SPAWNER_API}${route}`, {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${this.opts.token}`,
-          'content-type': 'application/json',
-          [INSTANCE_HEADER]: this.instance,
-          [SPOOL_SEQ_HEADER]: String(seq),
-        },
-        body: JSON.stringify(body),
-        signal: AbortSignal.any([this.stopping.signal, AbortSignal.timeout(30_000)]),
-      });
-    } catch {
-      if (!this.stopping.signal.aborted) this.reachability.markUnreachable();
-      return 'retry';
-    }
-    const text = await res.text().catch(() => '');
-    if (res.ok) return 'ok';
-    // The server is failing, stopping or refusing our token for now: keep it for later.
-    if (res.status >= 500 || res.status === 401 || res.status === 408 || res.status === 429) {
-      this.log.warn(
-        { route, status: res.status, body: text.slice(0, 300) },
-        'the server did not take a spooled report; retrying',
-      );
-      return 'retry';
-    }
-    this.log.error({ route, status: res.status, body: text.slice(0, 300) }, 'spooled report refused');
-    return 'refused';
+    return this.serverPosts.post(route, body);
   }
 
   /** What the supervisors ask of the server's reachability (reachability.ts). */

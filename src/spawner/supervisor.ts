@@ -1,14 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Logger } from 'pino';
-import type {
-  AckBody,
-  DeliverCommand,
-  DrainedEvent,
-  LaunchCommand,
-  RunningAgent,
-  StartedBody,
-} from '../protocol/spawner.js';
+import type { DeliverCommand, DrainedEvent, LaunchCommand, RunningAgent } from '../protocol/spawner.js';
 import { exitFailure, failureLine, type Adapter, type AgentProcess } from './adapter.js';
+import { AgentReports, type ReportTarget } from './agent-reports.js';
 
 /** Consecutive strikes before the spawner stops resuming an agent (docs/spawner-protocol.md). */
 const STRIKES = 3;
@@ -17,15 +10,12 @@ const CONTRACT_NUDGE =
   '[BEIDOU] Your session ended although nobody terminated you. You are a persistent agent: never exit on your own. ' +
   'If your work is done, call mcp__beidou__signal_review and end your turn to wait for your leader; otherwise carry on.';
 
-/** What a supervisor needs of the spawner that holds it (the protocol client). */
-export interface SupervisorHost {
-  readonly log: Logger;
+/** What a supervisor needs of the spawner that holds it (the protocol client): its log and posts, and these. */
+export interface SupervisorHost extends ReportTarget {
   readonly serverUrl: string;
   readonly adapter: Adapter;
   /** Seconds between a terminate command and the kill. */
   readonly grace: number;
-  /** POSTs to the spawner API (`/ack`, `/agents/:id/started`, `/agents/:id/events`). */
-  post(route: string, body: AckBody | StartedBody | { events: DrainedEvent[] }): Promise<void>;
   cwdFor(launch: LaunchCommand): string;
   /** The supervisor is done: the agent is no longer this spawner's (terminated: its launch is refused from now on). */
   forget(agentId: string, terminated?: boolean): void;
@@ -64,8 +54,8 @@ export class Supervisor {
   private readonly delivered = new Set<string>();
   /** Deliveries that arrived while the process was being restarted. */
   private waiting: DeliverCommand[] = [];
-  /** Posts for this agent, in order. */
-  private posts: Promise<void> = Promise.resolve();
+  /** What the server hears of this agent, in order. */
+  private readonly reports: AgentReports;
 
   constructor(
     private readonly spawner: SupervisorHost,
@@ -74,6 +64,7 @@ export class Supervisor {
     // The server's counts (reduced from the events), so a move to this spawner forgives nothing.
     this.crashStrikes = launch.crash_strikes ?? 0;
     this.contractStrikes = launch.contract_strikes ?? 0;
+    this.reports = new AgentReports(spawner, launch.agent_id);
   }
 
   private get id(): string {
@@ -90,16 +81,7 @@ export class Supervisor {
     if (this.crashStrikes === 0 && this.contractStrikes === 0) return;
     this.crashStrikes = 0;
     this.contractStrikes = 0;
-    void this.report([{ event: 'strikes.reset' } as DrainedEvent]);
-  }
-
-  private report(events: DrainedEvent[]): Promise<void> {
-    this.posts = this.posts
-      .then(() => this.spawner.post(`/agents/${this.id}/events`, { events }))
-      .catch((err: unknown) =>
-        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not post events'),
-      );
-    return this.posts;
+    void this.reports.events([{ event: 'strikes.reset' } as DrainedEvent]);
   }
 
   async start(resume: boolean, sessionId: string | null, nudge: string | null): Promise<void> {
@@ -117,34 +99,29 @@ export class Supervisor {
         nudge,
       },
       {
-        onEvent: (event) => void this.report([event]),
+        onEvent: (event) => void this.reports.events([event]),
         onSession: (id) => (this.sessionId = id),
         onCleanTurn: () => this.cleanTurn(),
       },
     );
     this.proc = proc;
     this.spawner.log.info({ agent: this.id, pid: proc.pid, resume }, 'agent started');
-    await this.posts;
-    await this.spawner
-      .post(`/agents/${this.id}/started`, { session_id: this.sessionId, resumed: resume })
-      .catch((err: unknown) =>
-        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not report the start'),
-      );
+    await this.reports.started(() => this.sessionId, resume);
     for (const d of this.waiting.splice(0)) await this.deliver(d);
     void proc.exited
       .then((exit) => this.onExit(proc, exit))
       .catch((err: unknown) => {
         // Could not restart it (e.g. its files could not be written): give it up, loudly.
         this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'could not restart the agent');
-        void this.report([
-          { event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent,
-        ]).then(() => this.giveUp());
+        void this.reports
+          .events([{ event: 'agent_completed', terminated: false, stop_reason: 'crash_escalated' } as DrainedEvent])
+          .then(() => this.giveUp());
       });
   }
 
   async deliver(d: DeliverCommand): Promise<void> {
     if (this.delivered.has(d.message_id)) {
-      await this.ack(d.message_id); // a resend: it reached the agent already
+      await this.reports.delivered(d.message_id); // a resend: it reached the agent already
       return;
     }
     if (!this.proc || this.terminating) {
@@ -160,15 +137,7 @@ export class Supervisor {
       ...(d.redelivered ? { redelivered: true as const } : {}),
     });
     this.delivered.add(d.message_id);
-    await this.ack(d.message_id);
-  }
-
-  private async ack(messageId: string): Promise<void> {
-    await this.spawner
-      .post('/ack', { type: 'deliver', agent_id: this.id, message_id: messageId })
-      .catch((err: unknown) =>
-        this.spawner.log.warn({ err: (err as Error).message, agent: this.id }, 'delivery ack failed'),
-      );
+    await this.reports.delivered(d.message_id);
   }
 
   /** Ends the process gracefully; after the grace time it is killed (`terminate.forced`). */
@@ -191,13 +160,8 @@ export class Supervisor {
     if (this.finished) return;
     this.finished = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);
-    if (this.forced) await this.report([{ event: 'terminate.forced' } as DrainedEvent]);
-    await this.posts;
-    await this.spawner
-      .post('/ack', { type: 'terminate', agent_id: this.id })
-      .catch((err: unknown) =>
-        this.spawner.log.error({ err: (err as Error).message, agent: this.id }, 'terminate ack failed'),
-      );
+    if (this.forced) await this.reports.events([{ event: 'terminate.forced' } as DrainedEvent]);
+    await this.reports.terminated();
     this.spawner.forget(this.id, true);
   }
 
@@ -264,14 +228,14 @@ export class Supervisor {
       const strike = this.contractStrikes;
       if (strike < STRIKES) {
         log.warn({ agent: this.id, strike }, 'agent exited on its own; resuming it with a nudge');
-        await this.report([
+        await this.reports.events([
           { event: 'agent_completed', terminated: false, stop_reason: 'end_turn' } as DrainedEvent,
           { event: 'contract_violation', strike_count: strike, action: 'resumed' } as DrainedEvent,
         ]);
         return this.restartUnlessTerminated(true, this.sessionId, CONTRACT_NUDGE);
       }
       log.error({ agent: this.id }, 'agent exited on its own three times; escalating');
-      await this.report([
+      await this.reports.events([
         {
           event: 'contract_violation',
           strike_count: strike,
@@ -290,7 +254,7 @@ export class Supervisor {
       { agent: this.id, strike, reason: failure.reason },
       `${failureLine(this.launch, failure)} (strike ${strike} of ${STRIKES})`,
     );
-    await this.report([
+    await this.reports.events([
       {
         event: 'agent_error',
         exception: 'ProcessExit',
@@ -301,13 +265,15 @@ export class Supervisor {
       { event: 'agent_crashed', exception: 'ProcessExit', msg, strike_count: strike, stderr } as DrainedEvent,
     ]);
     if (strike < STRIKES) {
-      await this.report([{ event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent]);
+      await this.reports.events([
+        { event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent,
+      ]);
       // Never a restart loop: each crash in a row waits longer (--restart-backoff), with jitter.
       await this.pause(this.spawner.restartDelayMs(strike));
       // Strike 1 resumes the session; strike 2 starts it afresh.
       return this.restartUnlessTerminated(strike === 1, strike === 1 ? this.sessionId : null, null);
     }
-    await this.report([
+    await this.reports.events([
       ...(this.launch.is_root
         ? [{ event: 'root_crash_escalation', crash_strikes: strike, stderr } as DrainedEvent]
         : []),
@@ -330,7 +296,7 @@ export class Supervisor {
       { agent: this.id, msg },
       'agent exited during a server outage; resuming it without a strike once the server is back',
     );
-    await this.report([
+    await this.reports.events([
       { event: 'agent_error', exception: 'ServerUnreachable', msg, stderr: proc.stderrTail() } as DrainedEvent,
       { event: 'agent_completed', terminated: false, stop_reason: 'crashed' } as DrainedEvent,
     ]);
