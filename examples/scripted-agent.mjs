@@ -131,7 +131,10 @@ async function connect() {
           requestInit: { headers: { authorization: `Bearer ${env.BEIDOU_TOKEN}` } },
         }),
       );
-      if (durable) next.onerror = (err) => inFlight.forEach((c) => c.abort(err));
+      if (durable)
+        next.onerror = (err) => {
+          for (const c of inFlight) c.abort(err);
+        };
       client = next;
       return;
     } catch (err) {

@@ -54,7 +54,7 @@ async function throughput(job: Extract<Job, { kind: 'throughput' }>): Promise<Fi
     }),
   );
   const seconds = (performance.now() - start) / 1000;
-  clients.forEach((c) => c.close());
+  for (const c of clients) c.close();
   return { calls, errors, seconds, latenciesMs: latencies };
 }
 

@@ -49,7 +49,7 @@ export async function templateTask(perTask: number): Promise<{ taskId: string; r
           headers: { authorization: `Bearer ${server.adminToken}`, 'content-type': 'application/json' },
           ...(body === undefined ? {} : { body: JSON.stringify(body) }),
         });
-        return (await res.json()) as any;
+        return (await res.json()) as Record<string, unknown>;
       };
       const created = await api('POST', '/tasks', {
         task: 'summarise the quarterly report and send it to the team',
@@ -61,7 +61,7 @@ export async function templateTask(perTask: number): Promise<{ taskId: string; r
       const client = new Client({ name: 'bench-history', version: '0.0.0' });
       await client.connect(
         new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
-          requestInit: { headers: { authorization: `Bearer ${created.token}` } },
+          requestInit: { headers: { authorization: `Bearer ${created.token as string}` } },
         }),
       );
       const count = () => server.services.registry.task(taskId)!.event_count;

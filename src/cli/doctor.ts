@@ -26,7 +26,7 @@ const TASK_FILE = /^(.+)\.jsonl$/;
  * whole commit before the fault; it refuses while a server holds the home.
  */
 export async function doctor(opts: { home?: string; repair?: boolean }): Promise<void> {
-  let home;
+  let home: string;
   try {
     home = loadConfig({ ...(opts.home ? { home: opts.home } : {}) }).home;
   } catch (err) {

@@ -3,14 +3,17 @@ import { Command } from 'commander';
 import { VERSION } from '../util/version.js';
 import { CliError } from './client.js';
 
+// Any command function (`never[]` accepts every parameter list); commander passes what it parsed.
+type CommandAction = (...args: never[]) => Promise<void>;
+
 /**
  * Each command's module is loaded when that command runs: `beidou serve` does not pay for
  * the client commands' modules, nor a client command for the server's.
  */
 const lazy =
-  <M>(load: () => Promise<M>, pick: (m: M) => (...args: any[]) => Promise<void>) =>
+  <M>(load: () => Promise<M>, pick: (m: M) => CommandAction) =>
   async (...args: unknown[]): Promise<void> =>
-    pick(await load())(...args);
+    (pick(await load()) as (...args: unknown[]) => Promise<void>)(...args);
 
 const program = new Command()
   .name('beidou')

@@ -89,9 +89,11 @@ function teamTree(detail: TaskDetailView): string {
     ]);
     const kids = children.get(a.agent_id) ?? [];
     const below = prefix + (branch === '├─ ' ? '│  ' : branch === '└─ ' ? '   ' : '');
-    kids.forEach((k, i) => walk(k, below, i === kids.length - 1 ? '└─ ' : '├─ '));
+    kids.forEach((k, i) => {
+      walk(k, below, i === kids.length - 1 ? '└─ ' : '├─ ');
+    });
   };
-  tops.forEach((a) => walk(a, '', ''));
+  for (const a of tops) walk(a, '', '');
   return table(['AGENT', 'ID', 'TEAM', 'ROLE', 'SKILL', 'STATUS', 'PROCESS', 'TOKENS IN/OUT', 'COST', 'TOOLS'], rows);
 }
 

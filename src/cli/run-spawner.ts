@@ -1,6 +1,6 @@
 import os from 'node:os';
 import path from 'node:path';
-import { createLogger, resolveLogFormat } from '../util/logger.js';
+import { createLogger, resolveLogFormat, type Logger } from '../util/logger.js';
 import { commandAdapter } from '../spawner/adapters/command.js';
 import type { Adapter } from '../spawner/adapter.js';
 import { Spawner } from '../spawner/spawner.js';
@@ -51,7 +51,7 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   const spoolMaxMb = Number(opts.spoolMaxMb);
   if (!Number.isFinite(spoolMaxMb) || spoolMaxMb <= 0)
     throw new CliError('--spool-max-mb must be a positive number', 2);
-  let logger;
+  let logger: Logger;
   try {
     logger = createLogger(undefined, undefined, resolveLogFormat(opts.logFormat));
   } catch (err) {

@@ -1,13 +1,13 @@
-import { ConfigError, loadConfig, type ConfigFlags } from '../config.js';
+import { ConfigError, loadConfig, type Config, type ConfigFlags } from '../config.js';
 import { HomeLockedError } from '../store/embedded/home-lock.js';
 import { DatabaseInUseError, DatabaseUnreachableError } from '../store/postgres/connect.js';
 import { MigrationError, SchemaTooNewError } from '../store/postgres/schema.js';
-import { startServer } from '../server/server.js';
+import { startServer, type BeidouServer } from '../server/server.js';
 import { createLogger, resolveLogFormat, type LogFormat } from '../util/logger.js';
 
 /** `beidou serve`: start, print where it listens, stop cleanly on SIGINT/SIGTERM. */
 export async function serve(flags: ConfigFlags & { logFormat?: string }): Promise<void> {
-  let config;
+  let config: Config;
   let format: LogFormat;
   try {
     config = loadConfig(flags);
@@ -16,7 +16,7 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
     if (err instanceof ConfigError) fail(err.message, 2);
     fail((err as Error).message, 2);
   }
-  let server;
+  let server: BeidouServer;
   try {
     server = await startServer(config, { logger: createLogger(config.logLevel, undefined, format) });
   } catch (err) {

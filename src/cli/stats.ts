@@ -3,6 +3,7 @@ import { ConfigError, homePaths, loadConfig, type Config } from '../config.js';
 import { DatabaseInUseError, DatabaseUnreachableError } from '../store/postgres/connect.js';
 import { MigrationError, SchemaTooNewError } from '../store/postgres/schema.js';
 import type { HomeLock } from '../store/embedded/home-lock.js';
+import type { ReplayReport } from '../events/event-log.js';
 import type { ArchivedTask, ArchiveIndex } from '../registry/archive.js';
 import { Registry } from '../registry/registry.js';
 import { openStore, type Store } from '../store/index.js';
@@ -17,7 +18,7 @@ import { lockOrRefuse } from './doctor.js';
  * while a server holds the home (or the database's writer lock).
  */
 export async function statsRebuild(opts: { home?: string; databaseUrl?: string }): Promise<void> {
-  let config;
+  let config: Config;
   try {
     config = loadConfig({
       ...(opts.home ? { home: opts.home } : {}),
@@ -55,7 +56,7 @@ async function rebuild(config: Config, paths: ReturnType<typeof homePaths>): Pro
   }
   try {
     const registry = new Registry(store.log);
-    let quarantined;
+    let quarantined: ReplayReport['quarantined'];
     let archived = 0;
     let held: Counts = { tasks: 0, teams: 0, agents: 0, questions: 0 };
     try {

@@ -7,7 +7,7 @@ import type { StoredEvent } from '../events/catalogue.js';
 import { loadConfig } from '../config.js';
 import { startServer } from '../server/server.js';
 import { PACKAGE_ROOT } from '../util/version.js';
-import { Story, summaryLines } from './story.js';
+import { Story, summaryLines, type CostStats } from './story.js';
 import { nextLines, watchLines } from './where.js';
 
 export interface DemoOptions {
@@ -37,16 +37,17 @@ export async function runDemo(
   say('beidou demo: scripted agents run a three-agent task through a real server and spawner');
   say(`server    ${server.url} (home ${home})`);
   if (options.stepDelayMs) for (const line of watchLines(server.url, server.adminToken)) say(line);
-  const api = async (method: string, route: string, body?: unknown) => {
+  // T: the fields of the JSON reply this call reads.
+  const api = async <T = unknown>(method: string, route: string, body?: unknown) => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
       headers: { authorization: `Bearer ${server.adminToken}`, 'content-type': 'application/json' },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
     if (!res.ok) throw new Error(`${method} ${route}: ${res.status} ${await res.text()}`);
-    return res.json() as Promise<any>;
+    return res.json() as Promise<T>;
   };
-  const { token } = await api('POST', '/spawner-tokens', {});
+  const { token } = await api<{ token: string }>('POST', '/spawner-tokens', {});
   const agentCmd = `"${process.execPath}" "${path.join(PACKAGE_ROOT, 'examples', 'scripted-agent.mjs')}"`;
   const spawner = spawn(
     process.execPath,
@@ -80,7 +81,7 @@ export async function runDemo(
   let taskId: string | null = null;
   let finished = false;
   try {
-    const task = await api('POST', '/tasks', {
+    const task = await api<{ task_id: string }>('POST', '/tasks', {
       task: 'Write a short report on Polaris, the North Star.',
       name: 'polaris report',
     });
@@ -131,7 +132,7 @@ export async function runDemo(
     });
     for (const line of story.end()) say(line);
     const events = server.services.registry.log.read(task.task_id, 0, 100_000);
-    const detail = await api('GET', `/tasks/${task.task_id}`);
+    const detail = await api<{ stats: CostStats }>('GET', `/tasks/${task.task_id}`);
     say('\nsummary');
     for (const line of summaryLines(events, detail.stats)) say(line);
     finished = true;

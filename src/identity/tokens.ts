@@ -80,7 +80,7 @@ export class TokenService {
       this.cache.delete(token);
       throw new TokenError('token_expired', 'the token has expired; ask for a fresh one');
     }
-    let payload;
+    let payload: Awaited<ReturnType<typeof jwtVerify>>['payload'];
     try {
       ({ payload } = await jwtVerify(token, this.key, {
         algorithms: ['HS256'],

@@ -3,7 +3,7 @@ import { answerSchema, questionSchema } from '../events/catalogue.js';
 import { DomainError } from '../domain/errors.js';
 import * as routing from '../domain/questions.js';
 import { questionHolder } from '../registry/queries.js';
-import { USER } from '../registry/state.js';
+import { USER, type QuestionRecord } from '../registry/state.js';
 import { definePrimitive } from './define.js';
 
 export const askUser = definePrimitive({
@@ -53,7 +53,7 @@ export const askUser = definePrimitive({
     const tell = () => progress(`question ${qid} is waiting for ${where()}`).catch(() => undefined);
     await tell();
     const ticker = setInterval(tell, config.progressS * 1000);
-    let answered;
+    let answered: QuestionRecord | undefined;
     try {
       answered = await answer;
     } finally {

@@ -33,16 +33,17 @@ async function main(): Promise<void> {
   const server = await startServer(loadConfig({ port: '0', home }, { BEIDOU_SPAWNER_HEARTBEAT_S: '1' }), {
     logger: pino({ level: 'warn' }),
   });
-  const api = async (method: string, route: string, body?: unknown): Promise<any> => {
+  // T: the fields of the JSON reply this call reads.
+  const api = async <T = unknown>(method: string, route: string, body?: unknown): Promise<T> => {
     const res = await fetch(`${server.url}/api${route}`, {
       method,
       headers: { authorization: `Bearer ${server.adminToken}`, 'content-type': 'application/json' },
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
     });
     if (!res.ok) throw new Error(`${method} ${route}: ${res.status} ${await res.text()}`);
-    return res.json();
+    return res.json() as Promise<T>;
   };
-  const { token } = await api('POST', '/spawner-tokens', {});
+  const { token } = await api<{ token: string }>('POST', '/spawner-tokens', {});
   const agentCmd = `"${process.execPath}" "${path.join(PACKAGE_ROOT, 'examples', 'scripted-agent.mjs')}"`;
   const spawner = spawn(
     process.execPath,
@@ -74,7 +75,7 @@ async function main(): Promise<void> {
   );
   const browser = await launchChromium();
   try {
-    const task = await api('POST', '/tasks', {
+    const task = await api<{ task_id: string }>('POST', '/tasks', {
       task: 'Write a short report on Polaris, the North Star.',
       name: 'polaris report',
     });
@@ -89,7 +90,7 @@ async function main(): Promise<void> {
       const unsubscribe = server.services.registry.log.subscribe(task.task_id, check);
       check(server.services.registry.log.read(task.task_id, 0, 100_000));
     });
-    const detail = await api('GET', `/tasks/${task.task_id}`);
+    const detail = await api<TaskDetail>('GET', `/tasks/${task.task_id}`);
     mkdirSync(OUT, { recursive: true });
     for (const shot of SHOTS) {
       const context = await browser.newContext({
@@ -129,12 +130,19 @@ async function main(): Promise<void> {
   }
 }
 
+/** The fields of GET /api/tasks/:id that `settled` waits for on the page. */
+interface TaskDetail {
+  task: { event_count: number };
+  agents: Array<{ agent_id: string }>;
+  plans: Array<{ tasks: Array<{ id: string; status: string }> }>;
+}
+
 /** The page shows the whole task: every agent, every plan node in its state, every event, the review question. */
-async function settled(page: Page, taskId: string, qid: string, detail: any): Promise<void> {
+async function settled(page: Page, taskId: string, qid: string, detail: TaskDetail): Promise<void> {
   const sel = (id: string) => `[data-testid="${id}"]`;
   await page.locator(`${sel('task-page')}[data-task-id="${taskId}"]`).waitFor();
   await page.locator(`${sel('question-card')}[data-qid="${qid}"]`).waitFor();
-  for (const t of detail.plans.flatMap((p: any) => p.tasks)) {
+  for (const t of detail.plans.flatMap((p) => p.tasks)) {
     await page.locator(`${sel('plan-node')}[data-plan-task-id="${t.id}"][data-status="${t.status}"]`).waitFor();
   }
   for (const a of detail.agents) await page.locator(`${sel('agent-node')}[data-agent-id="${a.agent_id}"]`).waitFor();

@@ -218,7 +218,10 @@ export class Spool {
       if (outcome === 'retry') {
         await new Promise<void>((r) => {
           const timer = setTimeout(r, backoff);
-          this.wake = () => (clearTimeout(timer), r());
+          this.wake = () => {
+            clearTimeout(timer);
+            r();
+          };
         });
         backoff = Math.min(backoff * 2, 5_000);
         continue;

@@ -9,7 +9,7 @@ interface Waiter {
  * What one commit wrote. `write` returns what to do once the commit's appends are
  * acknowledged (tell subscribers): observers hear of events only after their callers can.
  */
-export type CommitWriter<T> = (batch: T[]) => Promise<(() => void) | void>;
+export type CommitWriter<T> = (batch: T[]) => Promise<(() => void) | undefined>;
 
 /**
  * The group commit both logs share (JSONL files, PostgreSQL rows): every append made in
@@ -61,7 +61,10 @@ export class GroupCommit<T> {
   }
 
   private schedule(): void {
-    if (this.failed) return this.refuseQueued();
+    if (this.failed) {
+      this.refuseQueued();
+      return;
+    }
     if (this.scheduled || this.committing) return;
     this.scheduled = true;
     // setImmediate lets every append made in this turn of the event loop join the commit.
@@ -79,7 +82,7 @@ export class GroupCommit<T> {
     const waiters = this.waiters;
     this.dirty = new Set();
     this.waiters = [];
-    let after: (() => void) | void;
+    let after: (() => void) | undefined;
     try {
       after = await this.write(batch);
     } catch (err) {

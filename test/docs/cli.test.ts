@@ -260,7 +260,7 @@ class Cast {
   }
 
   async close(): Promise<void> {
-    this.streams.forEach((s) => s.abort());
+    for (const s of this.streams) s.abort();
     await Promise.allSettled(this.agents.map((a) => a.close()));
   }
 }

@@ -38,7 +38,7 @@ describe('log integrity', { timeout: 60_000 }, () => {
   const streams: AbortController[] = [];
   let home = '';
   afterEach(async () => {
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     for (const s of servers.splice(0)) await s.close();
     removeHome(home);
   });
@@ -61,7 +61,12 @@ describe('log integrity', { timeout: 60_000 }, () => {
     const res = await fetch(`${ts.url}/api/spawner/stream?max_agents=4`, { headers, signal: controller.signal });
     const queue: any[] = [];
     let wake: (() => void) | null = null;
-    const parser = createParser({ onEvent: (e) => (queue.push(JSON.parse(e.data)), wake?.()) });
+    const parser = createParser({
+      onEvent: (e) => {
+        queue.push(JSON.parse(e.data));
+        wake?.();
+      },
+    });
     void (async () => {
       const decoder = new TextDecoder();
       try {
@@ -121,7 +126,7 @@ describe('log integrity', { timeout: 60_000 }, () => {
     expect(linesOf(fileOf(home, task.task_id))).toHaveLength(after.length);
 
     // And a restart rebuilds exactly what memory held.
-    streams.splice(0).forEach((c) => c.abort());
+    for (const c of streams.splice(0)) c.abort();
     await stop(ts);
     ts = await start();
     const restarted = (await ts.api('GET', `/tasks/${task.task_id}`)).body;

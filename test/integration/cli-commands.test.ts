@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -110,7 +110,7 @@ describe('operating a team from the CLI', { timeout: 60_000 }, () => {
   });
 
   afterAll(async () => {
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     await Promise.allSettled(agents.map((a) => a.close()));
     await ts?.close();
     if (ts) removeHome(ts.home);

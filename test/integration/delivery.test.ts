@@ -275,7 +275,7 @@ async function readEvents(
     const { value, done } = await reader.read();
     if (done) break;
     buffer += decoder.decode(value, { stream: true });
-    let end;
+    let end: number;
     while ((end = buffer.indexOf('\n\n')) >= 0) {
       const block = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);

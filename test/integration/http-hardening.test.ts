@@ -58,7 +58,15 @@ async function startLogged(env: Record<string, string> = {}) {
   const lines: Array<Record<string, any>> = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
   const server = await startServer(loadConfig({ port: '0', home }, env), { logger });
-  return { server, home, lines, close: async () => (await server.close(), removeHome(home)) };
+  return {
+    server,
+    home,
+    lines,
+    close: async () => {
+      await server.close();
+      removeHome(home);
+    },
+  };
 }
 
 /** An HTTP request with headers fetch may not send (Host). */
@@ -94,7 +102,7 @@ describe('resource limits: no token, no resources', () => {
   const agents: TestAgent[] = [];
   const streams: AbortController[] = [];
   afterEach(async () => {
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     await Promise.allSettled(agents.splice(0).map((a) => a.close()));
     await ts?.close();
     if (ts) removeHome(ts.home);
@@ -153,7 +161,12 @@ describe('resource limits: no token, no resources', () => {
     expect(res.status).toBe(200);
     const streamed: Array<Record<string, any>> = [];
     let onEvent: (() => void) | null = null;
-    const parser = createParser({ onEvent: (e) => (streamed.push(JSON.parse(e.data)), onEvent?.()) });
+    const parser = createParser({
+      onEvent: (e) => {
+        streamed.push(JSON.parse(e.data));
+        onEvent?.();
+      },
+    });
     const streamEnded = (async () => {
       const decoder = new TextDecoder();
       try {
@@ -231,7 +244,7 @@ describe('resource limits: no token, no resources', () => {
         'a connection served once one closed',
       );
     } finally {
-      open.forEach((c) => c.socket.destroy());
+      for (const c of open) c.socket.destroy();
       await s.close();
     }
   });

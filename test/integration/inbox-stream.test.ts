@@ -175,8 +175,14 @@ function watch(server: string, token: string) {
     server,
     token: () => token,
     signal: stop.signal,
-    onSummary: (s) => (summaries.push(s), wake?.()),
-    onTrouble: (t) => (troubles.push(t), wake?.()),
+    onSummary: (s) => {
+      summaries.push(s);
+      wake?.();
+    },
+    onTrouble: (t) => {
+      troubles.push(t);
+      wake?.();
+    },
   });
   const take = <T>(list: T[], what: string) =>
     new Promise<T>((ok, fail) => {
@@ -203,8 +209,8 @@ describe('the inbox stream', () => {
   const controllers: AbortController[] = [];
   const homes: string[] = [];
   afterEach(async () => {
-    streams.splice(0).forEach((s) => s.close());
-    [...controllers.splice(0), ...watchers.splice(0)].forEach((c) => c.abort());
+    for (const s of streams.splice(0)) s.close();
+    for (const c of [...controllers.splice(0), ...watchers.splice(0)]) c.abort();
     await Promise.allSettled(agents.splice(0).map((a) => a.close()));
     if (ts) {
       await ts.close();
@@ -517,7 +523,7 @@ describe('the inbox stream', () => {
         for (let i = 0; i < n; i++) {
           const s = await open(token);
           if (s.status !== 200) {
-            opened.forEach((o) => o.close());
+            for (const o of opened) o.close();
             return undefined;
           }
           opened.push(s);
@@ -667,7 +673,7 @@ describe('the inbox stream', () => {
         opened.push(s);
       }
       expect(timers()).toBeGreaterThan(before); // each open stream has its keep-alive
-      opened.forEach((s) => s.close());
+      for (const s of opened) s.close();
       await until('every stream timer gone', () => (timers() <= before ? true : undefined));
     });
   });

@@ -72,7 +72,7 @@ describe('no secret in the log: a whole task at trace level leaves no token in t
   const agents: TestAgent[] = [];
   const streams: AbortController[] = [];
   afterEach(async () => {
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     await Promise.allSettled(agents.splice(0).map((a) => a.close()));
     await server?.close();
     server = null;
@@ -163,7 +163,7 @@ describe('no secret in the log: a whole task at trace level leaves no token in t
 
     const secret = readFileSync(homePaths(home).secret, 'utf8').trim();
     await Promise.allSettled(agents.splice(0).map((a) => a.close()));
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     await server.close();
     server = null;
 

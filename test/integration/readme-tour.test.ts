@@ -153,9 +153,18 @@ class Terminal {
     const notify = () => {
       for (const f of [...this.changed]) f();
     };
-    this.child.stdout!.on('data', (d: Buffer) => ((this.stdout += d.toString()), notify()));
-    this.child.stderr!.on('data', (d: Buffer) => ((this.stderr += d.toString()), notify()));
-    this.child.once('close', (code, signal) => ((this.exit = `bash exited with ${signal ?? code}`), notify()));
+    this.child.stdout!.on('data', (d: Buffer) => {
+      this.stdout += d.toString();
+      notify();
+    });
+    this.child.stderr!.on('data', (d: Buffer) => {
+      this.stderr += d.toString();
+      notify();
+    });
+    this.child.once('close', (code, signal) => {
+      this.exit = `bash exited with ${signal ?? code}`;
+      notify();
+    });
     this.child.stdin!.on('error', () => undefined); // a shell that exited: its close says so
     this.child.stdin!.write('set -e -o pipefail\n');
   }

@@ -29,7 +29,7 @@ describe('reconciliation, hand-driven spawner', () => {
   const agents: TestAgent[] = [];
   afterEach(async () => {
     await Promise.allSettled(agents.splice(0).map((a) => a.close()));
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     await ts.close();
     removeHome(ts.home);
   });

@@ -11,7 +11,7 @@ describe('spawner protocol', () => {
   let ts: TestServer;
   const streams: AbortController[] = [];
   afterEach(async () => {
-    streams.splice(0).forEach((s) => s.abort());
+    for (const s of streams.splice(0)) s.abort();
     await ts.close();
     removeHome(ts.home);
   });

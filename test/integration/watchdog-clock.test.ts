@@ -61,7 +61,7 @@ describe('watchdog (fake clock)', () => {
   }
 
   /** Advances the clock, runs one watchdog pass, and returns the events it committed. */
-  async function after(seconds: number, taskId: string) {
+  async function passAfter(seconds: number, taskId: string) {
     const before = durableEvents(ts, taskId).length;
     clock.advance(seconds);
     await ts.server.watchdog.tick();
@@ -77,17 +77,17 @@ describe('watchdog (fake clock)', () => {
     await ok(a.call('signal_review', { detail: '[REVIEW REQUIRED] a is ready' }));
     const names = (events: Array<{ event: string }>) => events.map((e) => e.event);
 
-    expect(names(await after(REVIEW_PING_S - 1, task.task_id))).toEqual([]);
-    const ping1 = await after(1, task.task_id);
+    expect(names(await passAfter(REVIEW_PING_S - 1, task.task_id))).toEqual([]);
+    const ping1 = await passAfter(1, task.task_id);
     expect(names(ping1)).toEqual(['inbox.posted', 'completion.reping']);
     expect(ping1[1]).toMatchObject({ agent_id: aId, leader_id: task.root_agent_id, ping_count: 1, pending: 'review' });
     expect(ping1[0]!.content).toContain(`${REVIEW_PING_S} s ago`);
     // The next ping is an interval after the last one, not after the hand-off.
-    expect(names(await after(0, task.task_id))).toEqual([]);
-    expect(names(await after(REVIEW_PING_S - 1, task.task_id))).toEqual([]);
-    const ping2 = await after(1, task.task_id);
+    expect(names(await passAfter(0, task.task_id))).toEqual([]);
+    expect(names(await passAfter(REVIEW_PING_S - 1, task.task_id))).toEqual([]);
+    const ping2 = await passAfter(1, task.task_id);
     expect(ping2[1]).toMatchObject({ event: 'completion.reping', ping_count: 2 });
-    const escalation = await after(REVIEW_PING_S, task.task_id);
+    const escalation = await passAfter(REVIEW_PING_S, task.task_id);
     expect(names(escalation)).toEqual(['question_asked', 'review.escalated_to_user']);
     expect(escalation[0]).toMatchObject({
       asker: 'beidou',
@@ -97,7 +97,7 @@ describe('watchdog (fake clock)', () => {
     expect(escalation[0]!.questions[0].question).toContain(`waited ${3 * REVIEW_PING_S} s`);
     // Silent from then on, however long it waits.
     expect(
-      names(await after(10 * REVIEW_PING_S, task.task_id)).filter(
+      names(await passAfter(10 * REVIEW_PING_S, task.task_id)).filter(
         (n) => n !== 'liveness.nudge' && n !== 'inbox.posted',
       ),
     ).toEqual([]);
@@ -116,23 +116,23 @@ describe('watchdog (fake clock)', () => {
     const nudgesOf = (events: Array<Record<string, any>>) =>
       events.filter((e) => e.event === 'liveness.nudge' && e.agent_id === rootId);
 
-    expect(nudgesOf(await after(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
-    const first = nudgesOf(await after(1, task.task_id));
+    expect(nudgesOf(await passAfter(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
+    const first = nudgesOf(await passAfter(1, task.task_id));
     expect(first).toEqual([expect.objectContaining({ nudge_count: 1, idle_s: IDLE_NUDGE_S })]);
-    expect(nudgesOf(await after(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
-    expect(nudgesOf(await after(1, task.task_id))).toEqual([
+    expect(nudgesOf(await passAfter(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
+    expect(nudgesOf(await passAfter(1, task.task_id))).toEqual([
       expect.objectContaining({ nudge_count: 2, idle_s: 2 * IDLE_NUDGE_S }),
     ]);
-    const third = await after(IDLE_NUDGE_S, task.task_id);
+    const third = await passAfter(IDLE_NUDGE_S, task.task_id);
     expect(third.filter((e) => e.event === 'liveness.escalated_to_user')).toEqual([
       expect.objectContaining({ agent_id: rootId, idle_s: 3 * IDLE_NUDGE_S }),
     ]);
-    expect(nudgesOf(await after(5 * IDLE_NUDGE_S, task.task_id))).toEqual([]);
+    expect(nudgesOf(await passAfter(5 * IDLE_NUDGE_S, task.task_id))).toEqual([]);
 
     // A read-only call is activity too: the ladder starts again from one, an idle period later.
     await ok(root.call('list_peers', {}));
-    expect(nudgesOf(await after(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
-    expect(nudgesOf(await after(1, task.task_id))).toEqual([expect.objectContaining({ nudge_count: 1 })]);
+    expect(nudgesOf(await passAfter(IDLE_NUDGE_S - 1, task.task_id))).toEqual([]);
+    expect(nudgesOf(await passAfter(1, task.task_id))).toEqual([expect.objectContaining({ nudge_count: 1 })]);
     expect(eventsNamed(durableEvents(ts, task.task_id), 'watchdog.exception')).toEqual([]);
   });
 
@@ -159,7 +159,7 @@ describe('watchdog (fake clock)', () => {
       reworked = true;
       queueMicrotask(() => void registry.commit(messageDrafts(domain, rootId, registry.agent(bId)!, 'rework please')));
     });
-    const committed = await after(REVIEW_PING_S, task.task_id);
+    const committed = await passAfter(REVIEW_PING_S, task.task_id);
     unsubscribe();
     expect(reworked).toBe(true);
     // b's review was acknowledged before the watchdog got to b: b is not pinged about it.

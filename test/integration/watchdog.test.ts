@@ -81,7 +81,7 @@ describe('watchdog', () => {
   }
 
   /** The event just before `e` in the log, which the watchdog commits in the same batch. */
-  const before = (all: AnyEvent[], e: AnyEvent) => all.find((x) => x.seq === e.seq - 1);
+  const eventBefore = (all: AnyEvent[], e: AnyEvent) => all.find((x) => x.seq === e.seq - 1);
 
   it('pass A: pings the leader twice, escalates to the user once, then stays silent; the user answer reaches the leader', async () => {
     const { root, rootId, taskId } = await newRoot();
@@ -106,9 +106,14 @@ describe('watchdog', () => {
     ]);
     // Each ping went to the leader's inbox as a [REVIEW PENDING] message, in the same batch.
     for (const reping of repings) {
-      expect(before(all, reping)).toMatchObject({ event: 'inbox.posted', to: rootId, from: 'beidou', kind: 'system' });
-      expect(before(all, reping)!.content).toMatch(/^\[REVIEW PENDING\]/);
-      expect(before(all, reping)!.content).toContain(aId);
+      expect(eventBefore(all, reping)).toMatchObject({
+        event: 'inbox.posted',
+        to: rootId,
+        from: 'beidou',
+        kind: 'system',
+      });
+      expect(eventBefore(all, reping)!.content).toMatch(/^\[REVIEW PENDING\]/);
+      expect(eventBefore(all, reping)!.content).toContain(aId);
     }
     // Spaced by the ping interval: signal -> ping 1 -> ping 2 -> escalation.
     const times = [signalled.ts, repings[0]!.ts, repings[1]!.ts, escalation.ts];
@@ -194,8 +199,13 @@ describe('watchdog', () => {
     const nudges = eventsNamed(all, 'liveness.nudge', (e) => e.agent_id === rootId);
     expect(nudges.map((e) => e.nudge_count)).toEqual([1, 2]);
     for (const nudge of nudges) {
-      expect(before(all, nudge)).toMatchObject({ event: 'inbox.posted', to: rootId, from: 'beidou', kind: 'system' });
-      expect(before(all, nudge)!.content).toMatch(/^\[LIVENESS\]/);
+      expect(eventBefore(all, nudge)).toMatchObject({
+        event: 'inbox.posted',
+        to: rootId,
+        from: 'beidou',
+        kind: 'system',
+      });
+      expect(eventBefore(all, nudge)!.content).toMatch(/^\[LIVENESS\]/);
       expect(nudge.idle_s).toBeGreaterThanOrEqual(IDLE_NUDGE_S - EPS);
     }
     const times = [spawned.ts, nudges[0]!.ts, nudges[1]!.ts, escalation.ts];

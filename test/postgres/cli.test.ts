@@ -121,7 +121,3 @@ describe('beidou serve and stats rebuild with --database-url', { timeout: 60_000
     expect(run.stderr).not.toContain('hunter2');
   });
 });
-
-function escape(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
-}

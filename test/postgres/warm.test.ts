@@ -198,7 +198,7 @@ describe('warm standbys', { timeout: 60_000 }, () => {
     const task = await createTask(a);
     await caughtUp(b, db);
     // The follower stops at a row it cannot apply, so the takeover replays cold.
-    const last = await gapRow(db, task.task_id);
+    await gapRow(db, task.task_id);
     await until('the follower stopped', () => b.server.following()?.diverged ?? undefined, 15_000);
     // An index entry the log does not match: the cold writer deletes it, and waits on this row lock
     // meanwhile (a follower only reads the index), so the cold takeover is held where it is slow.

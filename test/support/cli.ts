@@ -90,7 +90,7 @@ export class CliChild {
   private notify(): void {
     const waiters = this.waiters;
     this.waiters = [];
-    waiters.forEach((w) => w());
+    for (const w of waiters) w();
   }
 
   /** Resolves with the first line (already printed or to come) matching; rejects if the child exits first. */

@@ -118,10 +118,10 @@ const ANY: Array<[RegExp, string]> = [
   [/\.\.\./, '.*?'],
 ];
 const TOKEN = new RegExp([...BOUND, ...ANY.map(([r]) => r)].map((r) => `(${r.source})`).join('|'), 'g');
-const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 /** Literal text; a gap of two spaces or more between columns matches any such gap (ids and names vary in length). */
 const literal = (s: string, atStart: boolean) =>
-  escape(s).replace(/ {2,}/g, (gap, at: number) => (atStart && at === 0 ? gap : ' {2,}'));
+  escapeRegExp(s).replace(/ {2,}/g, (gap, at: number) => (atStart && at === 0 ? gap : ' {2,}'));
 
 export type Bindings = Map<string, string>;
 
@@ -136,7 +136,7 @@ function lineRegex(sample: string, bindings: Bindings): { re: RegExp; captures: 
     const kind = m.slice(1).findIndex((g) => g !== undefined);
     if (kind < BOUND.length) {
       const known = bindings.get(m[0]);
-      if (known !== undefined) src += escape(known);
+      if (known !== undefined) src += escapeRegExp(known);
       else if (captures.includes(m[0])) src += `\\k<v${captures.indexOf(m[0])}>`;
       else {
         src += `(?<v${captures.length}>${BOUND[kind]!.source})`;

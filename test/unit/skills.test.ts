@@ -72,7 +72,7 @@ const trickyLine = fc
         '@x',
         '`x',
       ),
-      fc.stringMatching(/^[a-z ,.;:#'"\[\]{}!&*|>%@`?\-\t\u00a0\u2028é]{0,12}$/),
+      fc.stringMatching(/^[a-z ,.;:#'"[\]{}!&*|>%@`?\-\t\u00a0\u2028é]{0,12}$/),
     ),
     fc.constantFrom('', ' ', '  ', '\r', '\t', '\u00a0'),
   )

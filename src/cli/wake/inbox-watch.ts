@@ -81,7 +81,10 @@ async function once(opts: WatchOptions): Promise<WatchEnd | 'reconnect'> {
   let silence = '';
   const expect = (ms: number, what: string) => {
     clearTimeout(timer);
-    timer = setTimeout(() => ((silence = what), connection.abort()), ms);
+    timer = setTimeout(() => {
+      silence = what;
+      connection.abort();
+    }, ms);
   };
   expect(ANSWER_MS, `the server did not answer in ${ANSWER_MS / 1000} s`);
   try {

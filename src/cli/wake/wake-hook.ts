@@ -38,7 +38,7 @@ export function agentOfToken(token: string): string | null {
   }
 }
 
-export async function wakeHook(event: 'session-start' | 'rewake', ctx: WakeHookContext): Promise<number> {
+export async function wakeHook(_event: 'session-start' | 'rewake', ctx: WakeHookContext): Promise<number> {
   const home = ctx.home ?? defaultHome();
   const agentId = agentOfToken(ctx.token);
   const socket = process.env.CLAUDE_CODE_MESSAGING_SOCKET || null;

@@ -240,7 +240,7 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     const archivedIn = registry.archivedQuestions.get(qid);
     // A question of an archived task is settled: the same decision refuses it, on the task read back.
     const ctx = archivedIn ? { ...domain, state: await registry.loadArchived(archivedIn) } : domain;
-    let drafts;
+    let drafts: EventDraft[];
     try {
       drafts = decide(ctx);
     } catch (err) {

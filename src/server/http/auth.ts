@@ -1,6 +1,6 @@
 import type { NextFunction, Request, Response } from 'express';
 import { safeEqual } from '../../identity/secrets.js';
-import { TokenError, type TokenService } from '../../identity/tokens.js';
+import { TokenError, type TokenClaims, type TokenService } from '../../identity/tokens.js';
 import type { Registry } from '../../registry/registry.js';
 
 /** Who is calling, from the verified bearer token. Never from a request body. */
@@ -48,7 +48,7 @@ export class Authenticator {
     // Admin tokens are opaque (BEIDOU_ADMIN_TOKEN may contain dots); a JWT always has two dots.
     if (safeEqual(token, this.adminToken)) return { kind: 'admin' };
     if (!token.includes('.')) throw new AuthRefusal('invalid_token', 'the token is not a valid admin or agent token');
-    let claims;
+    let claims: TokenClaims;
     try {
       claims = await this.tokens.verify(token);
     } catch (err) {

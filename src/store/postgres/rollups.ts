@@ -198,6 +198,7 @@ function json(rows: Array<Record<string, unknown>>): string {
   return JSON.stringify(rows, (_key, value: unknown) => (typeof value === 'string' ? pgSafe(value) : value));
 }
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: U+0000 is what PostgreSQL text cannot hold, so it is matched on purpose
 const UNSAFE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 function pgSafe(text: string): string {
