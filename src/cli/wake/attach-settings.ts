@@ -15,6 +15,7 @@ const HOOK_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..
 const WAIT_TIMEOUT_S = 7 * 24 * 3600;
 export const ALLOW_RULE = 'mcp__beidou__*';
 
+// biome-ignore lint/suspicious/noExplicitAny: a user's settings.json, of any shape: read and merged, never trusted for types
 export type Json = Record<string, any>;
 
 const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
