@@ -15,7 +15,7 @@ import {
 } from '../testkit/claude-tmux.js';
 import { resultText, startFakeAnthropic, toolResults, type FakeAnthropic } from '../testkit/fake-anthropic.js';
 import { until } from '../testkit/poll.js';
-import { pidAlive } from '../util/process.js';
+import { ownProcessAlive } from '../util/process.js';
 
 /**
  * Bench section 6: how long a message takes to wake an idle Claude Code session that
@@ -66,7 +66,7 @@ function waker(beidouHome: string, way: WakeWay): number | undefined {
   for (const name of names) {
     try {
       const wake = JSON.parse(readFileSync(path.join(dir, name), 'utf8')) as { path?: unknown; pid?: unknown };
-      if (wake.path === way && typeof wake.pid === 'number' && pidAlive(wake.pid)) return wake.pid;
+      if (wake.path === way && typeof wake.pid === 'number' && ownProcessAlive(wake.pid)) return wake.pid;
     } catch {
       // Being replaced (written by rename): the next probe reads it.
     }
@@ -181,7 +181,7 @@ export async function wakeLatencies(
       const waiting = [claude.pid, waker(beidouHome, way)].filter((p): p is number => p !== undefined);
       claude.tmux.kill();
       // Claude Code, and the relay or waiter that ends with it, go before their homes are removed.
-      await until('Claude Code and its waker to end', () => (waiting.some(pidAlive) ? undefined : true), STEP_MS).catch(
+      await until('Claude Code and its waker to end', () => (waiting.some(ownProcessAlive) ? undefined : true), STEP_MS).catch(
         () => {},
       );
     }

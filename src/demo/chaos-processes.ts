@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { pidAlive } from '../util/process.js';
+import { ownProcessAlive } from '../util/process.js';
 import { PACKAGE_ROOT } from '../util/version.js';
 
 /**
@@ -134,7 +134,7 @@ export function agentProcesses(workdir: string, taskId: string): AgentProcess[] 
   for (const agentId of readdirSync(dir)) {
     try {
       const pid = Number(readFileSync(path.join(dir, agentId, '.scripted-agent.pid'), 'utf8'));
-      if (pidAlive(pid)) out.push({ agentId, pid });
+      if (ownProcessAlive(pid)) out.push({ agentId, pid });
     } catch {
       // no pid file yet, or the process is gone
     }

@@ -105,6 +105,7 @@ async function serve(
   const replicated = config.databaseUrl !== undefined;
   // Each replica keeps the shared admin token in its home too, for the CLI there.
   if (replicated) writeSecretFile(paths.adminToken, adminToken);
+  const standbySince = clock.now();
 
   // Made once the port is known (its name in the lease row carries the port); a request
   // before that finds no role yet and is answered as a standby's.
@@ -133,7 +134,6 @@ async function serve(
         'this replica cannot confirm its lease lately (paused, or the database unreachable): it is checking whether it is still the active one',
     });
   });
-  const standbySince = clock.now();
   const standby = standbyApp(
     () =>
       replica?.standbyStatus() ?? { holder: null, retryAfterS: config.leaseS, since: standbySince, following: null },
@@ -153,7 +153,10 @@ async function serve(
   const url = `http://${host}:${address.port}`;
   const holder = replicated ? `${os.hostname()}:${address.port}#${process.pid}` : null;
 
-  const role = new Replica({ config, options, logger, clock, paths, keys: { adminToken, secret }, holder });
+  const role = new Replica(
+    { config, options, logger, clock, paths, keys: { adminToken, secret }, holder },
+    standbySince,
+  );
   replica = role;
   try {
     await role.start();
@@ -171,11 +174,7 @@ async function serve(
   let closing: Promise<void> | null = null;
   const close = () =>
     (closing ??= (async () => {
-      try {
-        await role.stop(httpServer);
-      } finally {
-        homeLock.release();
-      }
+      await role.stop(httpServer, () => homeLock.release());
       logger.info('stopped');
       await new Promise<void>((resolve) => logger.flush(() => resolve()));
     })());

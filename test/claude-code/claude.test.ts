@@ -19,7 +19,7 @@ import {
   type MessagesBody,
 } from '../../src/testkit/fake-anthropic.js';
 import { CLAUDE, claudeEnv } from '../../src/testkit/claude-tmux.js';
-import { pidAlive } from '../../src/util/process.js';
+import { ownProcessAlive } from '../../src/util/process.js';
 import { CLI } from '../support/process.js';
 import {
   connectAgent,
@@ -373,14 +373,14 @@ describe('Claude Code (the real binary) against Beidou', () => {
     // Terminating the task ends the Claude Code process, and the spawner reports it.
     const pid = spawnerLog(spawner).find((l) => l.msg === 'agent started' && l.agent === rootId)?.pid as number;
     expect(pid).toEqual(expect.any(Number));
-    expect(pidAlive(pid)).toBe(true);
+    expect(ownProcessAlive(pid)).toBe(true);
     expect((await ts.api('POST', `/tasks/${taskId}/terminate`, {})).status).toBe(200);
     const consumed = await waitForEvent(ts, taskId, (e) => e.event === 'terminate.consumed' && e.agent_id === rootId, {
       timeoutMs: STEP_MS,
       what: 'terminate.consumed',
     });
     expect(consumed.via).toBe('spawner');
-    expect(pidAlive(pid)).toBe(false);
+    expect(ownProcessAlive(pid)).toBe(false);
     const after = (await ts.api('GET', `/tasks/${taskId}/events?since=0&limit=10000`)).body.events as AnyEvent[];
     expect(eventsNamed(after, 'agent_completed', (e) => e.agent_id === rootId)).toEqual([
       expect.objectContaining({ terminated: true }),

@@ -5,7 +5,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { handSpawner } from '../support/spawner-stream.js';
 import { durableEvents, eventsNamed, waitForEvent, waitUntil } from '../support/events.js';
 import { until } from '../../src/testkit/poll.js';
-import { pidAlive } from '../../src/util/process.js';
+import { ownProcessAlive } from '../../src/util/process.js';
 import { spawnSpawner, type SpawnerProcess } from '../support/process.js';
 import {
   connectAgent,
@@ -197,10 +197,10 @@ describe('reconciliation, real spawners', () => {
     });
     const pid = await reportedPid(task.root_agent_id);
     orphans.push(pid);
-    expect(pidAlive(pid)).toBe(true);
+    expect(ownProcessAlive(pid)).toBe(true);
     spawner.child.kill('SIGKILL');
     await spawner.exited;
-    await until('the agent process gone', () => (pidAlive(pid) ? undefined : true), 10_000);
+    await until('the agent process gone', () => (ownProcessAlive(pid) ? undefined : true), 10_000);
   });
 
   it("a second spawner continues the first one's crash strikes", async () => {
@@ -285,7 +285,7 @@ describe('reconciliation, real spawners', () => {
           agents: Array<{ agent_id: string; pid: number | null }>;
         }>;
         const reported = view.flatMap((s) => s.agents).find((a) => a.agent_id === task.root_agent_id)?.pid;
-        return reported && pidAlive(reported) ? true : undefined;
+        return reported && ownProcessAlive(reported) ? true : undefined;
       },
       3_000 + 500,
     );

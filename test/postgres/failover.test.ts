@@ -7,7 +7,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startHaproxy, type TestHaproxy } from '../../src/testkit/haproxy.js';
 import { beidou, buildCli } from '../support/cli.js';
 import { until, within } from '../../src/testkit/poll.js';
-import { pidAlive } from '../../src/util/process.js';
+import { ownProcessAlive } from '../../src/util/process.js';
 import { spawnSpawner, type SpawnerProcess } from '../support/process.js';
 import { adminCall, health, sharedSecrets, startReplica, untilActive, type Replica } from '../support/replicas.js';
 import { connectAgent, removeHome, type TestAgent } from '../support/server.js';
@@ -268,7 +268,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     expect(named(rows, 'agent_error')).toEqual([]);
     expect(agentPid(workdir, task.task_id, task.root_agent_id)).toBe(pids.root);
     expect(agentPid(workdir, task.task_id, earlyId)).toBe(pids.early);
-    expect(pidAlive(pids.root) && pidAlive(pids.early)).toBe(true);
+    expect(ownProcessAlive(pids.root) && ownProcessAlive(pids.early)).toBe(true);
     expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
 
     // One process all along, and it said what happened.
@@ -390,7 +390,7 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     expect(named(rows, 'agent_input', (e) => e.message_id === ping.body.message_id).map((e) => e.via)).toEqual([
       'spawner',
     ]);
-    expect(pidAlive(pid)).toBe(true);
+    expect(ownProcessAlive(pid)).toBe(true);
     expect(spawner.child.exitCode).toBe(null);
   });
 });

@@ -113,7 +113,7 @@ export class WakeRig {
         .map((x) => x.pid);
       claude.kill();
       // Its files are written until it is gone; the throwaway HOME is removed after.
-      await until('Claude Code to exit', () => (pids.some(pidAlive) ? undefined : true), STEP_MS);
+      await until('Claude Code to exit', () => (pids.some((pid) => pidAlive(pid)) ? undefined : true), STEP_MS);
     });
     return claude;
   }

@@ -37,8 +37,12 @@ export class Replica {
   private readonly notices: NoticeListener | null;
   private readonly replicated: boolean;
 
-  constructor(private readonly o: ReplicaOptions) {
-    this.standbySince = o.clock.now();
+  /** `standbySince`: when the server began, as a standby until its first activation. */
+  constructor(
+    private readonly o: ReplicaOptions,
+    standbySince: number,
+  ) {
+    this.standbySince = standbySince;
     this.replicated = o.config.databaseUrl !== undefined;
     this.notices = o.config.databaseUrl
       ? new NoticeListener(o.config.databaseUrl, {
@@ -108,8 +112,12 @@ export class Replica {
     return f && r ? { ...f, replayed: r.replayedEvents, tasks: r.state.tasks.size, archived: r.archived.size } : null;
   }
 
-  /** Stops trying and following, then takes the activation out of service with the HTTP server it serves on. */
-  async stop(httpServer: Server): Promise<void> {
+  /**
+   * Stops trying and following, then takes the activation out of service with the HTTP server
+   * it serves on; `afterRelease` runs once its store is released (or failed to be): not if an
+   * earlier step failed, when the log may still be open.
+   */
+  async stop(httpServer: Server, afterRelease: () => void): Promise<void> {
     this.closingDown = true;
     if (this.poll) clearInterval(this.poll);
     await this.notices?.close();
@@ -124,7 +132,11 @@ export class Replica {
     this.active = null;
     httpServer.closeAllConnections();
     await closed;
-    await last?.release(false);
+    try {
+      await last?.release(false);
+    } finally {
+      afterRelease();
+    }
   }
 
   private async listen(): Promise<void> {
