@@ -181,9 +181,11 @@ export async function wakeLatencies(
       const waiting = [claude.pid, waker(beidouHome, way)].filter((p): p is number => p !== undefined);
       claude.tmux.kill();
       // Claude Code, and the relay or waiter that ends with it, go before their homes are removed.
-      await until('Claude Code and its waker to end', () => (waiting.some(ownProcessAlive) ? undefined : true), STEP_MS).catch(
-        () => {},
-      );
+      await until(
+        'Claude Code and its waker to end',
+        () => (waiting.some(ownProcessAlive) ? undefined : true),
+        STEP_MS,
+      ).catch(() => {});
     }
     // A cleanup that fails must not hide why the section failed.
     for (const c of cleanups.reverse())
