@@ -138,7 +138,11 @@ async function serve(
     () =>
       replica?.standbyStatus() ?? { holder: null, retryAfterS: config.leaseS, since: standbySince, following: null },
   );
-  outer.use((req, res, next) => (replica ? replica.handle(standby)(req, res, next) : standby(req, res, next)));
+  // Each request goes to the role the replica has when it arrives.
+  outer.use((req, res, next) => {
+    const serving = active();
+    return serving ? serving.app(req, res, next) : standby(req, res, next);
+  });
   const httpServer = createHttpServer(outer, config, logger, clock);
 
   await new Promise<void>((resolve, reject) => {

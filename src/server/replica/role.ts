@@ -1,5 +1,4 @@
 import type { Server } from 'node:http';
-import type express from 'express';
 import { isFollowingLog, type FollowingLog } from '../../events/event-log.js';
 import { DatabaseInUseError, NoticeListener, type LeaseLost } from '../../store/index.js';
 import { activate, type Activation, type ActivationOptions } from './activate.js';
@@ -70,11 +69,6 @@ export class Replica {
       since: this.standbySince,
       following: this.followingNow(),
     };
-  }
-
-  /** Each request goes to the role the replica has when it arrives. */
-  handle(standby: express.RequestHandler): express.RequestHandler {
-    return (req, res, next) => (this.active ? this.active.app(req, res, next) : standby(req, res, next));
   }
 
   /**
