@@ -116,6 +116,11 @@ process.once('message', async (job: Job) => {
   const run = job.kind === 'throughput' ? throughput : job.kind === 'delivery' ? delivery : connectMany;
   const figures = await run(job as never);
   const used = process.cpuUsage();
-  process.send!({ figures: { ...figures, cpu: { server: NaN, clients: (used.user + used.system) / 1e6 } } });
-  process.exit(0);
+  // Exit only once the message is handed over: an exit right after send() can drop it.
+  process.send!(
+    { figures: { ...figures, cpu: { server: NaN, clients: (used.user + used.system) / 1e6 } } },
+    undefined,
+    {},
+    () => process.exit(0),
+  );
 });

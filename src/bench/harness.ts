@@ -39,8 +39,10 @@ export function runClients(
   return new Promise((resolve, reject) => {
     const child = fork(CLIENTS, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const cpu0 = process.cpuUsage();
+    let answered = false;
     child.on('message', (m: { figures?: Figures }) => {
       if (m.figures) {
+        answered = true;
         const used = process.cpuUsage(cpu0);
         resolve({
           ...m.figures,
@@ -48,7 +50,10 @@ export function runClients(
         });
       } else onMessage?.(m, child);
     });
-    child.on('exit', (code) => code !== 0 && reject(new Error(`bench clients exited with ${code}`)));
+    // An exit without figures, clean or not, must end the wait rather than hang the bench.
+    child.on('exit', (code, signal) => {
+      if (!answered) reject(new Error(`bench clients exited (${signal ?? `code ${code}`}) without their figures`));
+    });
     child.send(job);
   });
 }
