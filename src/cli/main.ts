@@ -59,10 +59,11 @@ const task = program.command('task').description('tasks');
 clientOptions(
   task
     .command('start')
-    .description('create a task and its root agent; prints the ids, the token and a claude mcp add line')
+    .description('create a task and its root agent; prints the ids and, with --no-spawn, how to be the root')
     .argument('<text>', 'the task, as the root agent will read it')
     .option('--no-spawn', 'do not queue the root for a spawner (run it yourself, e.g. in Claude Code)')
     .option('--json', 'print one JSON object')
+    .option('--print-token', "print the root's token too (for an MCP client that takes no headers helper)")
     .option('--skill <name>', "the root agent's skill (default leader)")
     .option('--model <model>', "the root agent's model")
     .option('--name <name>', 'a display name for the task')
