@@ -66,6 +66,11 @@ const configSchema = z.object({
   resumeMaxBytes: count(1024 * 1024),
   /** Host names accepted in `Host` (and `Origin`) when bound off loopback; empty: no check. */
   allowedHosts: z.array(z.string()).default([]),
+  /** Bound off loopback without `allowedHosts`: start anyway, checking no name (else the start is refused). */
+  allowAnyHost: z
+    .union([z.boolean(), z.enum(['1', 'true', '0', 'false'])], { error: 'must be 1 or 0' })
+    .transform((v) => v === true || v === '1' || v === 'true')
+    .default(false),
   skillsRoots: z.array(z.string()).default([]),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -106,6 +111,7 @@ const SOURCE_NAMES: Record<string, string> = {
   resumeMaxEvents: 'BEIDOU_RESUME_MAX_EVENTS',
   resumeMaxBytes: 'BEIDOU_RESUME_MAX_BYTES',
   allowedHosts: 'BEIDOU_ALLOWED_HOSTS',
+  allowAnyHost: '--allow-any-host / BEIDOU_ALLOW_ANY_HOST',
 };
 
 /** The environment variable behind a config key, for `details.setting` in refusals. */
@@ -122,6 +128,7 @@ export interface ConfigFlags {
   port?: string;
   home?: string;
   databaseUrl?: string;
+  allowAnyHost?: boolean;
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -167,6 +174,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
       .split(',')
       .map((h) => h.trim().toLowerCase())
       .filter((h) => h.length > 0),
+    allowAnyHost: flags.allowAnyHost === true ? true : emptyToUndefined(env.BEIDOU_ALLOW_ANY_HOST),
     skillsRoots: (emptyToUndefined(env.BEIDOU_SKILLS) ?? '').split(path.delimiter).filter((s) => s.length > 0),
     logLevel: emptyToUndefined(env.BEIDOU_LOG_LEVEL),
   };

@@ -11,6 +11,7 @@ import type { Watchdog } from '../runtime/watchdog.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { VERSION } from '../util/version.js';
+import { openBindRefusal } from './http/host-guard.js';
 import { createHttpServer } from './http/limits.js';
 import { acquireHomeLock, describeDatabaseUrl, type HomeLock, type Store } from '../store/index.js';
 import type { Activation, StartOptions, Startup } from './replica/activate.js';
@@ -79,6 +80,9 @@ export async function startServer(config: Config, options: StartOptions = {}): P
       'with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)',
     );
   }
+  // Before the home is touched: a refused start changes nothing.
+  const bindRefusal = openBindRefusal(config);
+  if (bindRefusal) throw new ConfigError(bindRefusal);
   prepareHome(config.home);
   const paths = homePaths(config.home);
   // Before anything is read: a second server on this home is refused (HomeLockedError).
