@@ -32,8 +32,9 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY skills ./skills
 COPY schemas ./schemas
-# The image's unprivileged "node" user owns the data volume.
-RUN mkdir -p /data && chown node:node /data
+# The image's unprivileged "node" user owns the data volume, and it alone may enter it (0700,
+# as the server makes a home of its own; it would set an older, wider one so at start).
+RUN mkdir -p /data && chown node:node /data && chmod 0700 /data
 USER node
 VOLUME /data
 EXPOSE 7777
