@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { Command } from 'commander';
+import type { ConfigFlags } from '../config.js';
 import { VERSION } from '../util/version.js';
 import { CliError } from './client.js';
 
@@ -32,21 +33,9 @@ program
     'keep events, rollups and plans in PostgreSQL (BEIDOU_DATABASE_URL; default: files in the home)',
   )
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
-  .option(
-    '--allow-any-host',
-    'bound off loopback without BEIDOU_ALLOWED_HOSTS: start anyway, checking no Host name (BEIDOU_ALLOW_ANY_HOST=1)',
-  )
+  .option('--allow-any-host', 'off loopback, no BEIDOU_ALLOWED_HOSTS: check no Host (BEIDOU_ALLOW_ANY_HOST=1)')
   // Loaded on demand: client commands should not pay for the server's imports.
-  .action(
-    async (opts: {
-      host?: string;
-      port?: string;
-      home?: string;
-      databaseUrl?: string;
-      logFormat?: string;
-      allowAnyHost?: boolean;
-    }) => (await import('./serve.js')).serve(opts),
-  );
+  .action(async (opts: ConfigFlags & { logFormat?: string }) => (await import('./serve.js')).serve(opts));
 
 const clientOptions = (cmd: Command) =>
   cmd
