@@ -19,8 +19,12 @@ RUN npm run build && npm prune --omit=dev --no-audit --no-fund
 
 # ---- runtime: production dependencies, the compiled code and the built dashboard (dist/), skills, schemas ----
 FROM node:20-slim
+# Bound off loopback (0.0.0.0, to be reached through a published port), the server starts only
+# with the names it answers to: localhost (the published port, from the Docker host) here. Reached
+# by another name, set yours: -e BEIDOU_ALLOWED_HOSTS=beidou.internal,beidou.internal:7777.
 ENV NODE_ENV=production \
     BEIDOU_HOST=0.0.0.0 \
+    BEIDOU_ALLOWED_HOSTS=localhost \
     BEIDOU_HOME=/data
 WORKDIR /app
 COPY --from=build /app/package.json ./
@@ -28,8 +32,9 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY skills ./skills
 COPY schemas ./schemas
-# The image's unprivileged "node" user owns the data volume.
-RUN mkdir -p /data && chown node:node /data
+# The image's unprivileged "node" user owns the data volume, and it alone may enter it (0700,
+# as the server makes a home of its own; it would set an older, wider one so at start).
+RUN mkdir -p /data && chown node:node /data && chmod 0700 /data
 USER node
 VOLUME /data
 EXPOSE 7777

@@ -1,4 +1,4 @@
-import { accessSync, constants, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { accessSync, chmodSync, constants, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { z } from 'zod';
@@ -66,6 +66,11 @@ const configSchema = z.object({
   resumeMaxBytes: count(1024 * 1024),
   /** Host names accepted in `Host` (and `Origin`) when bound off loopback; empty: no check. */
   allowedHosts: z.array(z.string()).default([]),
+  /** Bound off loopback without `allowedHosts`: start anyway, checking no name (else the start is refused). */
+  allowAnyHost: z
+    .union([z.boolean(), z.enum(['1', 'true', '0', 'false'])], { error: 'must be 1 or 0' })
+    .transform((v) => v === true || v === '1' || v === 'true')
+    .default(false),
   skillsRoots: z.array(z.string()).default([]),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 });
@@ -106,6 +111,7 @@ const SOURCE_NAMES: Record<string, string> = {
   resumeMaxEvents: 'BEIDOU_RESUME_MAX_EVENTS',
   resumeMaxBytes: 'BEIDOU_RESUME_MAX_BYTES',
   allowedHosts: 'BEIDOU_ALLOWED_HOSTS',
+  allowAnyHost: '--allow-any-host / BEIDOU_ALLOW_ANY_HOST',
 };
 
 /** The environment variable behind a config key, for `details.setting` in refusals. */
@@ -122,6 +128,7 @@ export interface ConfigFlags {
   port?: string;
   home?: string;
   databaseUrl?: string;
+  allowAnyHost?: boolean;
 }
 
 export function defaultHome(env: NodeJS.ProcessEnv = process.env): string {
@@ -167,6 +174,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
       .split(',')
       .map((h) => h.trim().toLowerCase())
       .filter((h) => h.length > 0),
+    allowAnyHost: flags.allowAnyHost === true ? true : emptyToUndefined(env.BEIDOU_ALLOW_ANY_HOST),
     skillsRoots: (emptyToUndefined(env.BEIDOU_SKILLS) ?? '').split(path.delimiter).filter((s) => s.length > 0),
     logLevel: emptyToUndefined(env.BEIDOU_LOG_LEVEL),
   };
@@ -182,11 +190,34 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
   return parsed.data;
 }
 
-/** Create the home and prove it writable, so a bad home fails at start and not mid-run. */
-export function prepareHome(home: string): void {
+/** What prepareHome changed: the mode an existing home had before it was set to 0700 (null: nothing). */
+export interface PreparedHome {
+  tightenedFrom: number | null;
+  /** The home is wider than 0700 and could not be changed (not ours): why. */
+  couldNotTighten: string | null;
+}
+
+/**
+ * Create the home and prove it writable, so a bad home fails at start and not mid-run. The
+ * home is the server's alone (0700: its event logs, plans and keys are no other local
+ * user's, an agent's included): created so, and an existing one that others may enter is
+ * set to 0700, which the caller says in its log.
+ */
+export function prepareHome(home: string): PreparedHome {
+  const prepared: PreparedHome = { tightenedFrom: null, couldNotTighten: null };
   try {
-    mkdirSync(path.join(home, 'events'), { recursive: true });
-    mkdirSync(path.join(home, 'plans'), { recursive: true });
+    mkdirSync(home, { recursive: true, mode: 0o700 });
+    const mode = statSync(home).mode & 0o777;
+    if ((mode & 0o077) !== 0) {
+      try {
+        chmodSync(home, 0o700);
+        prepared.tightenedFrom = mode;
+      } catch (err) {
+        prepared.couldNotTighten = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      }
+    }
+    mkdirSync(path.join(home, 'events'), { recursive: true, mode: 0o700 });
+    mkdirSync(path.join(home, 'plans'), { recursive: true, mode: 0o700 });
     accessSync(home, constants.W_OK);
     const probe = path.join(home, `.write-probe-${process.pid}`);
     writeFileSync(probe, '');
@@ -195,6 +226,7 @@ export function prepareHome(home: string): void {
     const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
     throw new ConfigError(`home ${home} is not writable (${reason})`);
   }
+  return prepared;
 }
 
 export const homePaths = (home: string) => ({

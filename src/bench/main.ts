@@ -4,6 +4,7 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { loadConfig } from '../config.js';
 import { startServer, type BeidouServer } from '../server/server.js';
+import { heartbeatGap, scrubTimes } from './agent-output.js';
 import { failoverTime } from './failover.js';
 import { failoverLine, fmt, median, pct } from './figures.js';
 import { team, withServer } from './harness.js';
@@ -20,13 +21,14 @@ import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
  * long a message takes to wake an idle Claude Code session (section 6, needs tmux), the start
  * of a home with a long history (section 7), and section 1's send_message on the PostgreSQL
  * store (section 8; both start a real PostgreSQL from Debian's binaries), and failover time
- * of two replicas on PostgreSQL behind HAProxy (section 9).
+ * of two replicas on PostgreSQL behind HAProxy (section 9), and what an agent's output costs its
+ * spawner: the token scrub, the heartbeat under 1 MB lines (section 10).
  * Clients run in a child process (section 5 runs one in process). Figures, not assertions.
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8,9').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8,9,10').split(','));
 /** Section 7: the history a home holds (ended tasks, events per task), the stores, and the starts with the index per store. */
 const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
 const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
@@ -44,6 +46,9 @@ const WAKE_WAYS = (process.env.BENCH_WAKE_PATHS ?? 'socket,rewake').split(',') a
 const FAILOVER_RUNS = Number(process.env.BENCH_FAILOVER_RUNS ?? 3);
 const FAILOVER_AGENTS = Number(process.env.BENCH_FAILOVER_AGENTS ?? 8);
 const FAILOVER_CHECK_MS = Number(process.env.BENCH_FAILOVER_CHECK_MS ?? 1000);
+/** Section 10: the spawner's heartbeat (seconds) and the 1 MB lines its agent prints. */
+const OUTPUT_HEARTBEAT_S = Number(process.env.BENCH_OUTPUT_HEARTBEAT_S ?? 0.2);
+const OUTPUT_LINES = Number(process.env.BENCH_OUTPUT_LINES ?? 100);
 /** The failover bar: one takes over within 10 s at the defaults. */
 const FAILOVER_BAR_S = 10;
 
@@ -141,6 +146,19 @@ async function main(): Promise<void> {
         `  ${how} median of ${of.length}: active after ${fmt(active, 2)} s, first ack after ${fmt(ack, 2)} s (worst ${fmt(worst, 2)} s); bar within ${FAILOVER_BAR_S} s: ${worst < FAILOVER_BAR_S ? 'met' : 'MISSED'}`,
       );
     }
+    console.log('');
+  }
+
+  if (ONLY.has('10')) {
+    console.log("10. an agent's output and its spawner: the token scrub on eyJ… (one run, no dot), and the heartbeat");
+    for (const f of scrubTimes([20_000, 200_000, 1_000_000], 20_000)) {
+      const old = f.oldMs === null ? '' : `   (the pattern it replaced: ${fmt(f.oldMs, 0)} ms)`;
+      console.log(`  scrub ${f.chars.toLocaleString('en').padStart(9)} chars ${fmt(f.scanMs, 2).padStart(6)} ms${old}`);
+    }
+    const hb = await heartbeatGap(OUTPUT_HEARTBEAT_S, OUTPUT_LINES, 1_000_000);
+    console.log(
+      `  a command agent printing ${hb.lines} lines of 1 MB of eyJ (cut to 64 KiB, scrubbed, logged at info): heartbeat every ${fmt(hb.heartbeatMs, 0)} ms, intervals while they were read: longest ${fmt(Math.max(...hb.gapsMs), 0)} ms, median ${fmt(median(hb.gapsMs), 0)} ms (n ${hb.gapsMs.length}); spawner lost: ${hb.lost ? 'YES' : 'no'}`,
+    );
     console.log('');
   }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { Command } from 'commander';
+import type { ConfigFlags } from '../config.js';
 import { VERSION } from '../util/version.js';
 import { CliError } from './client.js';
 
@@ -32,10 +33,9 @@ program
     'keep events, rollups and plans in PostgreSQL (BEIDOU_DATABASE_URL; default: files in the home)',
   )
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')
+  .option('--allow-any-host', 'off loopback, no BEIDOU_ALLOWED_HOSTS: check no Host (BEIDOU_ALLOW_ANY_HOST=1)')
   // Loaded on demand: client commands should not pay for the server's imports.
-  .action(async (opts: { host?: string; port?: string; home?: string; databaseUrl?: string; logFormat?: string }) =>
-    (await import('./serve.js')).serve(opts),
-  );
+  .action(async (opts: ConfigFlags & { logFormat?: string }) => (await import('./serve.js')).serve(opts));
 
 const clientOptions = (cmd: Command) =>
   cmd
@@ -59,10 +59,11 @@ const task = program.command('task').description('tasks');
 clientOptions(
   task
     .command('start')
-    .description('create a task and its root agent; prints the ids, the token and a claude mcp add line')
+    .description('create a task and its root agent; prints the ids and, with --no-spawn, how to be the root')
     .argument('<text>', 'the task, as the root agent will read it')
     .option('--no-spawn', 'do not queue the root for a spawner (run it yourself, e.g. in Claude Code)')
     .option('--json', 'print one JSON object')
+    .option('--print-token', "print the root's token too (for an MCP client that takes no headers helper)")
     .option('--skill <name>', "the root agent's skill (default leader)")
     .option('--model <model>', "the root agent's model")
     .option('--name <name>', 'a display name for the task')

@@ -67,6 +67,11 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
           { agent: agentId, line },
           `agent ${agentId} printed an event the server would refuse, not posted: ${problem}`,
         ),
+      cut: (agentId, bytes, kept) =>
+        logger.warn(
+          { agent: agentId, bytes, kept },
+          `agent ${agentId} printed a line of ${bytes} bytes; only its first ${kept} bytes were read (the limit of a line)`,
+        ),
     });
   } else if (opts.adapter === 'claude') {
     const bin = opts.claudeBin ?? process.env.BEIDOU_CLAUDE_BIN ?? 'claude';

@@ -1,5 +1,8 @@
+import path from 'node:path';
+import { defaultHome } from '../config.js';
 import { api, flagsFrom, printJson, serverUrl, type ClientOptions } from './client.js';
 import { renderTaskDetail, renderTaskList, type TaskDetailView, type TaskListItem } from './render.js';
+import { headersHelper, quote, writeFileAtomic } from './wake/attach-settings.js';
 
 interface CreatedTask {
   task_id: string;
@@ -15,6 +18,7 @@ export interface TaskStartOptions extends ClientOptions {
   model?: string;
   name?: string;
   workspace?: string;
+  printToken?: boolean;
 }
 
 /** The request's fields as `task start` spells them. */
@@ -26,7 +30,12 @@ const START_FLAGS = flagsFrom({
   workspace: '--workspace',
 });
 
-/** `beidou task start "TEXT"`: create a task; print its ids, the root's token and a ready `claude mcp add` line. */
+/**
+ * `beidou task start "TEXT"`: create a task; print its ids and, with --no-spawn, the `attach`
+ * line and a `claude mcp add-json` line whose headers helper reads the root's token from a
+ * 0600 file. The token itself is printed only with --print-token: a printed token lands in
+ * shell history, and a `--header` one in ~/.claude.json.
+ */
 export async function taskStart(text: string, opts: TaskStartOptions): Promise<void> {
   const body = {
     task: text,
@@ -37,24 +46,39 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
     ...(opts.workspace ? { workspace: opts.workspace } : {}),
   };
   const created = await api<CreatedTask>(opts, 'POST', '/tasks', body, START_FLAGS);
-  const claudeLine = `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`;
+  const server = serverUrl(opts);
+  const home = path.resolve(opts.home ?? defaultHome());
+  // A root the user runs: its token waits in the file `beidou attach` would use, for the helper to read.
+  const tokenFile = opts.spawn ? null : path.join(home, 'agents', `${created.root_agent_id}.token`);
+  if (tokenFile) writeFileAtomic(tokenFile, `${created.token}\n`, 0o600);
+  const claudeLine = tokenFile
+    ? `claude mcp add-json beidou ${quote(
+        JSON.stringify({
+          type: 'http',
+          url: created.mcp_url,
+          headersHelper: headersHelper(tokenFile),
+        }),
+      )}`
+    : null;
+  const { token, ...shown } = created;
   if (opts.json) {
     process.stdout.write(
       `${JSON.stringify({
-        ...created,
-        claude_mcp_add: claudeLine,
-        attach: `beidou attach --agent ${created.root_agent_id} --server ${serverUrl(opts)}`,
+        ...shown,
+        ...(opts.printToken ? { token } : {}),
+        ...(tokenFile ? { token_file: tokenFile, claude_mcp_add: claudeLine } : {}),
+        attach: `beidou attach --agent ${created.root_agent_id} --server ${server}`,
       })}\n`,
     );
     return;
   }
-  const server = serverUrl(opts);
   const attachLine = `beidou attach --agent ${created.root_agent_id}${server === serverUrl({}) ? '' : ` --server ${server}`}`;
   const lines = [
     `task_id:       ${created.task_id}`,
     `root_agent_id: ${created.root_agent_id}`,
     `mcp_url:       ${created.mcp_url}`,
-    `token:         ${created.token}`,
+    ...(tokenFile ? [`token_file:    ${tokenFile} (0600)`] : []),
+    ...(opts.printToken ? [`token:         ${token}`] : []),
   ];
   if (opts.spawn) lines.push('the root agent is queued for a spawner', '');
   else {
@@ -63,9 +87,11 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
       '',
       `  ${attachLine}`,
       '',
-      'then start claude there (a message wakes it when idle). Another MCP client:',
+      'then start claude there (a message wakes it when idle). Or add the root to Claude Code as a plain',
+      'MCP server (its headers helper reads the token from the file, in a folder you trust; for another',
+      'MCP client, --print-token prints the token):',
       '',
-      claudeLine,
+      claudeLine!,
       '',
     );
   }

@@ -7,11 +7,10 @@ import type { z } from 'zod';
  * and the HTTP layer (`server/http-errors.ts`) into a 4xx JSON body.
  */
 export const ERROR_CODES = [
-  // send_message
+  // send_message (an agent of another task is an unknown_recipient: no code tells it exists)
   'unknown_recipient',
   'recipient_terminated',
   'inbox_full',
-  'task_mismatch',
   // ask_user / answer_question / escalate_question
   'gateway_unavailable',
   'user_declined',

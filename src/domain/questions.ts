@@ -101,8 +101,7 @@ export function escalate(
   qid: string,
   reason: string,
 ): { newHolder: string | null; drafts: EventDraft[] } {
-  const q = questionOrRefuse(ctx, qid);
-  if (q.task_id !== by.task_id) throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
+  const q = questionOrRefuse(ctx, qid, by);
   const holder = questionHolder(q);
   if (holder !== by.agent_id) {
     if (q.status !== 'pending' || q.chain.includes(by.agent_id)) {
@@ -143,10 +142,9 @@ export function answer(
   reason: string | null,
   askerWaiting: boolean,
 ): EventDraft[] {
-  const q = questionOrRefuse(ctx, qid);
+  const q = questionOrRefuse(ctx, qid, by);
   const byId = by === USER ? USER : by.agent_id;
   if (by !== USER) {
-    if (q.task_id !== by.task_id) throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
     const holder = questionHolder(q);
     if (holder !== by.agent_id) {
       throw new DomainError(
@@ -182,7 +180,7 @@ export function answer(
 
 /** The user refuses a question: the asker's call fails with `user_declined`, or its inbox is told. */
 export function decline(ctx: DomainContext, qid: string, reason: string, askerWaiting: boolean): EventDraft[] {
-  const q = questionOrRefuse(ctx, qid);
+  const q = questionOrRefuse(ctx, qid, USER);
   refuseSettled(q);
   const drafts: EventDraft[] = [{ event: 'question_declined', task_id: q.task_id, qid, asker: q.asker, reason }];
   const asker = ctx.state.agents.get(q.asker);
@@ -205,8 +203,14 @@ export function lateAnswer(ctx: DomainContext, q: QuestionRecord): EventDraft[] 
   return [inboxPosted(ctx, asker, q.answered_by ?? USER, 'answer', `[ANSWER ${q.qid}] ${text}`)];
 }
 
-function questionOrRefuse(ctx: DomainContext, qid: string): QuestionRecord {
+/**
+ * The question, else `unknown_qid`. To an agent, a question of another task is one that does
+ * not exist, in the same words: another answer would tell it which ids exist elsewhere.
+ */
+function questionOrRefuse(ctx: DomainContext, qid: string, by: AgentRecord | typeof USER): QuestionRecord {
   const q = ctx.state.questions.get(qid);
+  if (by !== USER && (!q || q.task_id !== by.task_id))
+    throw new DomainError('unknown_qid', `no question ${qid} in your task`, { qid });
   if (!q) throw new DomainError('unknown_qid', `no question ${qid}`, { qid });
   return q;
 }

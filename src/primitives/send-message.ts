@@ -11,7 +11,7 @@ export const sendMessage = definePrimitive({
     'Send a message to another agent of your task; it lands in their inbox and reaches them as their next turn.',
     'Use list_peers to find agent ids. Non-blocking: returns once the message is stored.',
     'A message from a leader to a child that signalled review also acknowledges the review (rework).',
-    'Errors: unknown_recipient (no such agent), task_mismatch (the agent belongs to another task),',
+    'Errors: unknown_recipient (no such agent in your task),',
     'recipient_terminated (it was terminated; escalate to your own leader instead of replacing it),',
     'inbox_full (it has too many unread messages or characters, BEIDOU_INBOX_CAP / BEIDOU_INBOX_MAX_CHARS; wait and retry),',
     'content_too_large (content is over BEIDOU_MAX_CONTENT_CHARS characters; details.field, max, setting).',
@@ -29,15 +29,12 @@ export const sendMessage = definePrimitive({
   async handler({ to, content }, { services, caller }) {
     if (to === caller.agent_id) throw invalidInput('to', 'you cannot send a message to yourself');
     const recipient = services.registry.agent(to);
-    if (!recipient) {
-      throw new DomainError('unknown_recipient', `no agent ${to} exists; use list_peers to find agent ids`, { to });
-    }
-    if (recipient.task_id !== caller.task_id) {
-      throw new DomainError(
-        'task_mismatch',
-        `agent ${to} belongs to another task; you can only message agents of your own task`,
-        { to },
-      );
+    // An agent of another task is answered as one that does not exist: another answer would
+    // tell an agent which ids exist in tasks that are not its own.
+    if (!recipient || recipient.task_id !== caller.task_id) {
+      throw new DomainError('unknown_recipient', `no agent ${to} in your task; use list_peers to find agent ids`, {
+        to,
+      });
     }
     const { messageId, drafts } = postMessage(services.domain, caller.agent_id, recipient, content);
     await services.registry.commit(drafts);

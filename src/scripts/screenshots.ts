@@ -97,7 +97,7 @@ async function main(): Promise<void> {
         viewport: { width: shot.width, height: shot.height },
         deviceScaleFactor: 1,
       });
-      await context.addInitScript((t) => window.localStorage.setItem('beidou.token', t), server.adminToken);
+      await context.addInitScript((t) => window.sessionStorage.setItem('beidou.token', t), server.adminToken);
       const page = await context.newPage();
       await page.goto(`${server.url}/#/tasks/${task.task_id}`);
       await settled(page, task.task_id, review.qid, detail);
@@ -151,7 +151,7 @@ async function settled(page: Page, taskId: string, qid: string, detail: TaskDeta
   await page.evaluate(() => (document as unknown as { fonts: { ready: Promise<unknown> } }).fonts.ready);
 }
 
-declare const window: { localStorage: { setItem(key: string, value: string): void } };
+declare const window: { sessionStorage: { setItem(key: string, value: string): void } };
 declare const document: unknown;
 
 main().catch((err: unknown) => {

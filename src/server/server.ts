@@ -11,6 +11,7 @@ import type { Watchdog } from '../runtime/watchdog.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { createLogger, type Logger } from '../util/logger.js';
 import { VERSION } from '../util/version.js';
+import { openBindRefusal } from './http/host-guard.js';
 import { createHttpServer } from './http/limits.js';
 import { acquireHomeLock, describeDatabaseUrl, type HomeLock, type Store } from '../store/index.js';
 import type { Activation, StartOptions, Startup } from './replica/activate.js';
@@ -79,7 +80,21 @@ export async function startServer(config: Config, options: StartOptions = {}): P
       'with a database URL, BEIDOU_SECRET and BEIDOU_ADMIN_TOKEN must be set in the environment (the same on every replica)',
     );
   }
-  prepareHome(config.home);
+  // Before the home is touched: a refused start changes nothing.
+  const bindRefusal = openBindRefusal(config);
+  if (bindRefusal) throw new ConfigError(bindRefusal);
+  const home = prepareHome(config.home);
+  const octal = (mode: number) => `0${mode.toString(8)}`;
+  if (home.tightenedFrom !== null)
+    logger.warn(
+      { home: config.home, mode: octal(home.tightenedFrom) },
+      `the home ${config.home} was mode ${octal(home.tightenedFrom)}, open to other users of this machine: set to 0700 (its event logs, plans and keys are the server's alone)`,
+    );
+  if (home.couldNotTighten !== null)
+    logger.warn(
+      { home: config.home, reason: home.couldNotTighten },
+      `the home ${config.home} is open to other users of this machine and could not be set to 0700 (${home.couldNotTighten}): chmod 700 it, or use a home of your own`,
+    );
   const paths = homePaths(config.home);
   // Before anything is read: a second server on this home is refused (HomeLockedError).
   const homeLock = acquireHomeLock(config.home, paths);

@@ -1,7 +1,7 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import type { AgentErrorReason } from '../events/catalogue.js';
 import type { DrainedEvent, LaunchCommand } from '../protocol/spawner.js';
+import { AGENT_LINE_MAX_BYTES, type LineCut, readLines } from './line-reader.js';
 
 /** What went wrong with an agent's process, as an adapter diagnosed it. */
 export interface AgentFailure {
@@ -109,19 +109,21 @@ export class LineRing {
 }
 
 /**
- * What every adapter does with its child (spawned with `detached: true`) the same way: stdout read by lines, the stderr
+ * What every adapter does with its child (spawned with `detached: true`) the same way: stdout read by lines (each
+ * at most `maxLineBytes`, longer ones cut: `cut` says how long it was; line-reader.ts), the stderr
  * ring, the exit as a promise (a failure to start counts as exit 127), and guarded writes
  * (a process that exits while we write must not crash the spawner).
  */
 export function wrapChild(
   child: ChildProcessWithoutNullStreams,
-  onLine: (line: string) => void,
+  onLine: (line: string, cut: LineCut | null) => void,
   bin = 'the agent command',
+  maxLineBytes = AGENT_LINE_MAX_BYTES,
 ): Omit<AgentProcess, 'deliver'> & { writeLine: (line: string) => void; setFailure: (f: AgentFailure | null) => void } {
   const stderr = new LineRing();
   let failure: AgentFailure | null = null;
   child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
-  createInterface({ input: child.stdout }).on('line', onLine);
+  readLines(child.stdout, maxLineBytes, onLine);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once('close', (code, signal) => resolve({ code, signal }));
     child.once('error', (err) => {

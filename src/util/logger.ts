@@ -58,12 +58,91 @@ export const REDACT_PATHS = [
   '*.*.secret',
 ];
 
-/** A JWT (our agent, launch and spawner tokens) anywhere in a text. */
-const JWT = /eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}/g;
+/** The characters of a JWT's three parts (base64url): `[A-Za-z0-9_-]`. */
+function isTokenChar(c: number): boolean {
+  return (
+    (c >= 97 && c <= 122) || // a-z
+    (c >= 65 && c <= 90) || // A-Z
+    (c >= 48 && c <= 57) || // 0-9
+    c === 95 || // _
+    c === 45 // -
+  );
+}
 
-/** Text that may quote a token (an agent's own output, an error message): tokens cut out. */
+/** Where the run of token characters starting at `from` ends. */
+function runEnd(text: string, from: number): number {
+  let i = from;
+  while (i < text.length && isTokenChar(text.charCodeAt(i))) i++;
+  return i;
+}
+
+const DOT = 46;
+/** Each of a JWT's parts has at least this many characters (the header's after its `eyJ`). */
+const MIN_PART = 4;
+
+/**
+ * Text that may quote a token (an agent's own output, an error message): every JWT (our
+ * agent, launch and spawner tokens) cut out. What it cuts is what the pattern
+ * `eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}` matches, found by a scan
+ * rather than that regular expression: its backtracking made a run of `eyJeyJ…` (an
+ * agent's hostile output) quadratic, seconds for a few hundred kilobytes; the scan reads
+ * each character a bounded number of times (at most three: as the header, the payload,
+ * then the signature of a candidate).
+ */
 export function scrubTokens(text: string): string {
-  return text.replace(JWT, '[redacted-token]');
+  let at = text.indexOf('eyJ');
+  if (at === -1) return text;
+  let out = '';
+  let copied = 0;
+  while (at !== -1) {
+    // Greedy like the pattern: each part is a whole run of token characters, the first
+    // from its leftmost `eyJ` (a later `eyJ` in the same run has fewer characters after it).
+    const headerEnd = runEnd(text, at + 3);
+    let end = -1;
+    if (headerEnd - at - 3 >= MIN_PART && text.charCodeAt(headerEnd) === DOT) {
+      const payloadEnd = runEnd(text, headerEnd + 1);
+      if (payloadEnd - headerEnd - 1 >= MIN_PART && text.charCodeAt(payloadEnd) === DOT) {
+        const signatureEnd = runEnd(text, payloadEnd + 1);
+        if (signatureEnd - payloadEnd - 1 >= MIN_PART) end = signatureEnd;
+      }
+    }
+    if (end === -1) {
+      // No token starts in this run: the next may start in the payload (after the dot).
+      at = text.indexOf('eyJ', headerEnd);
+      continue;
+    }
+    out += `${text.slice(copied, at)}[redacted-token]`;
+    copied = end;
+    at = text.indexOf('eyJ', end);
+  }
+  return out + text.slice(copied);
+}
+
+/** Nested fields scrubbed down to this depth (what we log is shallow; the rest is left as it is). */
+const SCRUB_DEPTH = 3;
+
+/**
+ * A log line's fields with tokens cut out of their strings (an agent's invalid event line,
+ * an error's text), copied only where something changed.
+ */
+export function scrubFields<T>(value: T, depth = SCRUB_DEPTH): T {
+  if (typeof value === 'string') return scrubTokens(value) as T;
+  if (depth === 0 || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) {
+    let copy: unknown[] | null = null;
+    value.forEach((item, i) => {
+      const scrubbed = scrubFields(item, depth - 1);
+      if (scrubbed !== item) (copy ??= [...value])[i] = scrubbed;
+    });
+    return (copy ?? value) as T;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype) return value;
+  let copy: Record<string, unknown> | null = null;
+  for (const [key, item] of Object.entries(value)) {
+    const scrubbed = scrubFields(item, depth - 1);
+    if (scrubbed !== item) (copy ??= { ...(value as Record<string, unknown>) })[key] = scrubbed;
+  }
+  return (copy ?? value) as T;
 }
 
 /**
@@ -93,8 +172,10 @@ export function createLogger(
       level,
       base: { name: 'beidou' },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
-      // Field names cover what we log on purpose; a message text can still quote a token
-      // (an agent printing its own curl line), so tokens are cut out of message strings too.
+      // Field names cover what we log on purpose; a message text or a field's text can still
+      // quote a token (an agent printing its own curl line, an invalid event line it printed),
+      // so tokens are cut out of message strings and of the fields' strings too.
+      formatters: { log: (fields) => scrubFields(fields) },
       hooks: {
         logMethod(args, method) {
           method.apply(

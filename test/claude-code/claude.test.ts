@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -18,7 +18,7 @@ import {
   type FakeAnthropic,
   type MessagesBody,
 } from '../../src/testkit/fake-anthropic.js';
-import { CLAUDE, claudeEnv } from '../../src/testkit/claude-tmux.js';
+import { CLAUDE, claudeEnv, settleClaudeHome } from '../../src/testkit/claude-tmux.js';
 import { ownProcessAlive } from '../../src/util/process.js';
 import { CLI } from '../support/process.js';
 import {
@@ -631,7 +631,7 @@ describe('Claude Code (the real binary) against Beidou', () => {
     60_000,
   );
 
-  it('claude mcp add with the line `beidou task start --no-spawn` prints: claude mcp list reports it connected', async () => {
+  it('claude mcp add-json with the line `beidou task start --no-spawn` prints: claude mcp list reports it connected through the headers helper, no token in its config', async () => {
     ts = await startTestServer();
     fake = await startFakeAnthropic([]);
     const home = tmp('beidou-claude-home-');
@@ -646,6 +646,8 @@ describe('Claude Code (the real binary) against Beidou', () => {
     );
     const printed = await start.waitLine((o) => typeof o.claude_mcp_add === 'string', 'the task start output');
     expect(await start.exited).toBe(0);
+    // Claude Code runs an MCP server's headers helper only in a folder the user has trusted.
+    settleClaudeHome(home, { projects: [cwd] });
     const env = claudeEnv(fake, home, { PATH: `${path.dirname(CLAUDE)}${path.delimiter}${process.env.PATH ?? ''}` });
     const add = run('/bin/sh', ['-c', printed.claude_mcp_add as string], { cwd, env });
     expect(await add.exited, add.stderr()).toBe(0);
@@ -659,6 +661,15 @@ describe('Claude Code (the real binary) against Beidou', () => {
     const get = run(CLAUDE, ['mcp', 'get', 'beidou'], { cwd, env });
     expect(await get.exited, get.stderr()).toBe(0);
     expect(get.lines.join('\n')).toMatch(/connected/i);
+    // Connected through the headers helper: the token is in its 0600 file, not in Claude Code's config.
+    const token = readFileSync(printed.token_file as string, 'utf8').trim();
+    expect(printed).not.toHaveProperty('token');
+    expect(printed.claude_mcp_add).not.toContain(token);
+    const configs = readdirSync(home)
+      .filter((f) => f.includes('claude'))
+      .flatMap((f) => (statSync(path.join(home, f)).isFile() ? [readFileSync(path.join(home, f), 'utf8')] : []));
+    expect(configs.join('\n')).toContain('mcp-headers --token-file');
+    expect(configs.join('\n')).not.toContain(token);
   }, 60_000);
 });
 

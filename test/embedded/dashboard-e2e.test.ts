@@ -13,6 +13,8 @@ import {
   fitsWidth,
   lineAfter,
   lineSeqs,
+  persistedToken,
+  persistToken,
   signedIn,
   stillFocused,
   storedToken,
@@ -164,10 +166,22 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     expect(await byId(page, 'signin-form').count()).toBe(0);
     expect(await storedToken(page)).toBe(ts.adminToken);
     await byId(page, 'connection-state').filter({ hasText: 'live' }).waitFor();
+    // Kept for the tab only: nothing on the disk for ever, and another tab signs in anew.
+    expect(await persistedToken(page)).toBeNull();
+    const otherTab = await context.newPage();
+    try {
+      await otherTab.goto(`${ts.url}/`);
+      await byId(otherTab, 'signin-form').waitFor();
+      expect(await storedToken(otherTab)).toBeNull();
+    } finally {
+      await otherTab.close();
+    }
 
-    // Kept across a reload; signing out forgets it.
+    // Kept across a reload (a copy an earlier version left in localStorage is dropped then); signing out forgets it.
+    await persistToken(page, ts.adminToken);
     await page.reload();
     await byId(page, 'signout').waitFor();
+    expect(await persistedToken(page)).toBeNull();
     await byId(page, 'signout').click();
     await byId(page, 'signin-form').waitFor();
     expect(await storedToken(page)).toBeNull();

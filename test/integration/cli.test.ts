@@ -1,4 +1,5 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { buildCli, CliChild } from '../support/cli.js';
@@ -147,31 +148,49 @@ describe('beidou client commands', () => {
     removeHome(home);
   });
 
-  async function startTaskJson(text: string) {
-    const { code, stdout, stderr } = await run(client('task', 'start', text, '--no-spawn', '--json'));
+  async function startTaskJson(text: string, ...flags: string[]) {
+    const { code, stdout, stderr } = await run(client('task', 'start', text, '--no-spawn', '--json', ...flags));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
     const lines = stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(1);
     return JSON.parse(lines[0]!) as {
       task_id: string;
       root_agent_id: string;
-      token: string;
+      token?: string;
+      token_file: string;
       mcp_url: string;
       claude_mcp_add: string;
     };
   }
 
-  it('task start --no-spawn --json prints the ids, the token, the MCP URL and a claude mcp add line', async () => {
+  /** The JSON a `claude mcp add-json beidou '…'` line adds (one shell word, single-quoted). */
+  const addedJson = (line: string) => {
+    const m = /^claude mcp add-json beidou '(.*)'$/.exec(line);
+    expect(m, line).not.toBeNull();
+    return JSON.parse(m![1]!.replace(/'\\''/g, "'")) as { type: string; url: string; headersHelper: string };
+  };
+
+  it('task start --no-spawn --json prints the ids, the MCP URL, the token file and a claude mcp add-json line, not the token', async () => {
     const created = await startTaskJson('write the docs');
     expect(created).toMatchObject({
       task_id: expect.any(String),
       root_agent_id: expect.any(String),
-      token: expect.stringMatching(/^[\w-]+\.[\w-]+\.[\w-]+$/),
       mcp_url: `${server.url}/mcp`,
+      token_file: path.join(home, 'agents', `${created.root_agent_id}.token`),
     });
-    expect(created.claude_mcp_add).toBe(
-      `claude mcp add --transport http beidou ${created.mcp_url} --header "Authorization: Bearer ${created.token}"`,
-    );
+    expect(created).not.toHaveProperty('token');
+    // The token is in its file, the user's alone; the line names the file, never the token.
+    const token = readFileSync(created.token_file, 'utf8').trim();
+    expect(token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
+    expect(statSync(created.token_file).mode & 0o777).toBe(0o600);
+    expect(JSON.stringify(created)).not.toContain(token);
+    const added = addedJson(created.claude_mcp_add);
+    expect(added).toMatchObject({ type: 'http', url: created.mcp_url });
+    expect(added.headersHelper).toContain(`mcp-headers --token-file ${created.token_file}`);
+    // The helper, run as Claude Code runs it (a shell command), prints the header with the token.
+    const helper = spawnSync('/bin/sh', ['-c', added.headersHelper], { encoding: 'utf8' });
+    expect(helper.status, helper.stderr).toBe(0);
+    expect(JSON.parse(helper.stdout)).toEqual({ Authorization: `Bearer ${token}` });
     // The task exists, with the text, and is not queued for a spawner.
     const detail = await apiCall(server.url, home, 'GET', `/tasks/${created.task_id}`);
     expect(detail.status).toBe(200);
@@ -181,7 +200,7 @@ describe('beidou client commands', () => {
       spawn: false,
     });
     // The token is the root's and it works.
-    const agent = await connectAgent(server.url, created.token);
+    const agent = await connectAgent(server.url, token);
     try {
       expect((await agent.call('list_peers')).ok).toBe(true);
     } finally {
@@ -189,17 +208,31 @@ describe('beidou client commands', () => {
     }
   });
 
-  it('task start without --json prints a ready claude mcp add line', async () => {
+  it('task start --print-token prints the token too, the one in the file', async () => {
+    const created = await startTaskJson('show me the token', '--print-token');
+    expect(created.token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
+    expect(readFileSync(created.token_file, 'utf8').trim()).toBe(created.token);
+    const plain = await run(client('task', 'start', 'plain, with the token', '--print-token'));
+    expect(plain.code).toBe(0);
+    expect(plain.stdout).toMatch(/^token: {9}[\w-]+\.[\w-]+\.[\w-]+$/m);
+  });
+
+  it('task start without --json prints the attach line and a ready claude mcp add-json line, and no token', async () => {
     const { code, stdout, stderr } = await run(client('task', 'start', 'plain output', '--no-spawn'));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+    expect(stdout).not.toMatch(/eyJ[\w-]+\.[\w-]+\.[\w-]+/);
     const lines = stdout.split('\n');
-    const add = lines.filter((l) => l.startsWith('claude mcp add --transport http beidou '));
+    const root = lines.find((l) => l.startsWith('root_agent_id:'))?.split(/\s+/)[1];
+    expect(lines).toContain(`  beidou attach --agent ${root} --server ${server.url}`);
+    const add = lines.filter((l) => l.startsWith('claude mcp add'));
     expect(add).toHaveLength(1);
-    expect(add[0]).toMatch(
-      new RegExp(
-        `^claude mcp add --transport http beidou ${server.url.replace(/\./g, '\\.')}/mcp --header "Authorization: Bearer [\\w-]+\\.[\\w-]+\\.[\\w-]+"$`,
-      ),
-    );
+    const tokenFile = path.join(home, 'agents', `${root}.token`);
+    expect(lines).toContain(`token_file:    ${tokenFile} (0600)`);
+    expect(addedJson(add[0]!)).toEqual({
+      type: 'http',
+      url: `${server.url}/mcp`,
+      headersHelper: expect.stringContaining(`mcp-headers --token-file ${tokenFile}`),
+    });
     const taskLine = lines.find((l) => l.startsWith('task_id:'));
     const taskId = taskLine?.split(/\s+/)[1];
     expect(taskId).toMatch(/^tsk_[0-9a-f]{12}$/);
@@ -221,7 +254,7 @@ describe('beidou client commands', () => {
     const token = stdout.trim();
     expect(stdout).toBe(`${token}\n`);
     expect(token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
-    expect(token).not.toBe(created.token);
+    expect(token).not.toBe(readFileSync(created.token_file, 'utf8').trim());
     const claims = JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>;
     expect(claims).toMatchObject({
       sub: created.root_agent_id,

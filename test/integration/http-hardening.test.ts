@@ -489,8 +489,13 @@ describe('Host check: a page cannot borrow the server (Host and Origin against D
     expect(lines.some((l) => WARNING.test(l.msg))).toBe(false);
   });
 
-  it('bound elsewhere without an allow-list: no check, and one warning at start', async () => {
-    const url = await start({ BEIDOU_HOST: '0.0.0.0' });
+  it('bound elsewhere without an allow-list: refused at start, unless BEIDOU_ALLOW_ANY_HOST=1: then no check, and one warning', async () => {
+    home = tempHome();
+    await expect(startServer(loadConfig({ port: '0', home }, { BEIDOU_HOST: '0.0.0.0' }))).rejects.toThrow(
+      /not listening on 0\.0\.0\.0 without BEIDOU_ALLOWED_HOSTS/,
+    );
+    removeHome(home);
+    const url = await start({ BEIDOU_HOST: '0.0.0.0', BEIDOU_ALLOW_ANY_HOST: '1' });
     expect((await rawHttp(url, { host: 'anything.example', origin: 'http://elsewhere.example' })).status).toBe(200);
     expect(lines.filter((l) => WARNING.test(l.msg))).toEqual([expect.objectContaining({ level: 40, host: '0.0.0.0' })]);
   });

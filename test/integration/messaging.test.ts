@@ -95,13 +95,48 @@ describe('messaging over MCP', () => {
     ]);
   });
 
-  it('an agent of another task gets task_mismatch', async () => {
+  it('an agent of another task is answered as one that does not exist (unknown_recipient), so ids of other tasks cannot be probed', async () => {
     const { bId } = await teamOfTwo();
     const other = await createTask(ts);
     const stranger = await connectAgent(ts.url, other.token);
     agents.push(stranger);
     const res = await stranger.call('send_message', { to: bId, content: 'hi' });
-    expect(res).toMatchObject({ ok: false, error: { error: 'task_mismatch' } });
+    expect(res).toMatchObject({ ok: false, error: { error: 'unknown_recipient', details: { to: bId } } });
+    const none = await stranger.call('send_message', { to: 'ag_000000000000', content: 'hi' });
+    expect(refusal(res, bId)).toEqual(refusal(none, 'ag_000000000000'));
+  });
+
+  /** A refusal with the id it names replaced, to compare two refusals word for word. */
+  const refusal = (res: { ok: boolean; error?: unknown }, id: string) => {
+    expect(res.ok).toBe(false);
+    return JSON.stringify(res.error).split(id).join('<ID>');
+  };
+
+  it('no tool tells an id of another task from one that does not exist: answer_question, escalate_question, terminate_child', async () => {
+    const { root, a, aId } = await teamOfTwo();
+    // A question of this task, held by the asker's leader.
+    const asking = a.call('ask_user', {
+      questions: [{ question: 'Which port?', header: 'Port', multiSelect: false, options: [] }],
+    });
+    void asking.catch(() => undefined);
+    const inbox = await root.call('read_inbox', { wait_s: 10 });
+    const qid = inbox.ok
+      ? /\[INBOX QUESTION (q_[0-9a-f]+)\]/.exec(inbox.value.messages[0]?.content ?? '')?.[1]
+      : undefined;
+    expect(qid).toBeDefined();
+    const other = await createTask(ts);
+    const stranger = await connectAgent(ts.url, other.token);
+    agents.push(stranger);
+    const answer = { answers: [{ text: 'x' }], reason: 'probing' };
+    for (const [tool, args, real, fake] of [
+      ['answer_question', (id: string) => ({ qid: id, ...answer }), qid!, 'q_000000000000'],
+      ['escalate_question', (id: string) => ({ qid: id, reason: 'probing' }), qid!, 'q_000000000000'],
+      ['terminate_child', (id: string) => ({ agent_id: id, force: true }), aId, 'ag_000000000000'],
+    ] as const) {
+      const there = await stranger.call(tool, args(real));
+      const missing = await stranger.call(tool, args(fake));
+      expect(refusal(there, real), tool).toEqual(refusal(missing, fake));
+    }
   });
 
   it('reports unknown_recipient, recipient_terminated, inbox_full and invalid_input', async () => {

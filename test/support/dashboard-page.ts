@@ -52,15 +52,27 @@ declare const document: {
 declare const window: {
   innerWidth: number;
   localStorage: { getItem(key: string): string | null; setItem(key: string, value: string): void };
+  sessionStorage: { getItem(key: string): string | null; setItem(key: string, value: string): void };
 };
 
-/** A context already signed in: the token where the page keeps it, before any script of the page runs. */
+/** A context already signed in: the token where the page keeps it (the tab's sessionStorage), before any script of the page runs. */
 export async function signedIn(context: BrowserContext, token: string): Promise<void> {
-  await context.addInitScript((t) => window.localStorage.setItem('beidou.token', t), token);
+  await context.addInitScript((t) => window.sessionStorage.setItem('beidou.token', t), token);
 }
 
+/** The token the page keeps for its tab. */
 export function storedToken(page: Page): Promise<string | null> {
+  return page.evaluate(() => window.sessionStorage.getItem('beidou.token'));
+}
+
+/** A token kept for ever (localStorage, as earlier versions did): there should be none. */
+export function persistedToken(page: Page): Promise<string | null> {
   return page.evaluate(() => window.localStorage.getItem('beidou.token'));
+}
+
+/** Leaves a token in localStorage, as an earlier version of the page did. */
+export function persistToken(page: Page, token: string): Promise<void> {
+  return page.evaluate((t) => window.localStorage.setItem('beidou.token', t), token);
 }
 
 /** The `data-seq` of every event line, in the order shown. */

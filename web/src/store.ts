@@ -36,9 +36,19 @@ export interface State {
 
 const TOKEN_KEY = 'beidou.token';
 
+/**
+ * The admin token is kept for the tab (sessionStorage): it survives a reload, and is gone
+ * when the tab closes, rather than staying on the disk for ever. A copy an earlier version
+ * kept in localStorage is removed.
+ */
 function storedToken(): string | null {
   try {
-    return localStorage.getItem(TOKEN_KEY);
+    localStorage.removeItem(TOKEN_KEY);
+  } catch {
+    // no storage: nothing kept
+  }
+  try {
+    return sessionStorage.getItem(TOKEN_KEY);
   } catch {
     return null;
   }
@@ -78,7 +88,7 @@ export function useStore(): State {
 
 export function signIn(token: string): void {
   try {
-    localStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(TOKEN_KEY, token);
   } catch {
     // A browser without storage still works for this tab.
   }
@@ -87,7 +97,7 @@ export function signIn(token: string): void {
 
 export function signOut(reason: string | null = null): void {
   try {
-    localStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(TOKEN_KEY);
   } catch {
     // nothing stored
   }

@@ -18,7 +18,8 @@ export const ALLOW_RULE = 'mcp__beidou__*';
 // biome-ignore lint/suspicious/noExplicitAny: a user's settings.json, of any shape: read and merged, never trusted for types
 export type Json = Record<string, any>;
 
-const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+/** One shell word, single-quoted. */
+export const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 const ours = (hook: { command?: unknown }) => typeof hook.command === 'string' && hook.command.includes('hook-main.js');
 
 export function settingsFile(dir: string): string {
@@ -95,6 +96,17 @@ export function hookCommand(event: string, o: { server: string; tokenFile: strin
     '--home',
     quote(o.home),
   ].join(' ');
+}
+
+/** A shell word: as it is when nothing in it needs quoting (a path, a URL), else single-quoted. */
+const word = (s: string) => (/^[\w./:@%+=,-]+$/.test(s) ? s : quote(s));
+
+/**
+ * The `headersHelper` of an MCP server entry in Claude Code: `beidou hook mcp-headers`,
+ * printing the Authorization header from the token file, so no config holds the token.
+ */
+export function headersHelper(tokenFile: string): string {
+  return [process.execPath, HOOK_MAIN, 'mcp-headers', '--token-file', tokenFile].map(word).join(' ');
 }
 
 export function attachedSettings(settings: Json, o: { server: string; tokenFile: string; home: string }): Json {

@@ -8,7 +8,8 @@ import { closeIfBodyUnread } from './body.js';
  * loopback server from the victim's browser, but its requests still carry the attacker's
  * name in `Host` (and `Origin`). Bound to loopback, only loopback names are accepted;
  * bound elsewhere, loopback names and BEIDOU_ALLOWED_HOSTS; bound elsewhere without an
- * allow-list, nothing is checked (one warning at start). Refusals are 403 `forbidden_host`.
+ * allow-list the server does not start, unless --allow-any-host (then nothing is checked, with
+ * one warning at start). Refusals are 403 `forbidden_host`.
  */
 
 export function isLoopbackHost(host: string): boolean {
@@ -30,6 +31,21 @@ function originHost(origin: string): string | null {
   } catch {
     return null; // "null" (a sandboxed or file page) or garbage: not a name we can trust
   }
+}
+
+/**
+ * Why a server must not start on this address, for the person who started it: bound off
+ * loopback with no BEIDOU_ALLOWED_HOSTS, any page a browser on the network opens could use
+ * it under a name of its own. Null when it may start (loopback, a list, or --allow-any-host).
+ */
+export function openBindRefusal(config: Config): string | null {
+  if (isLoopbackHost(config.host) || config.allowedHosts.length > 0 || config.allowAnyHost) return null;
+  return (
+    `not listening on ${config.host} without BEIDOU_ALLOWED_HOSTS: bound off loopback, the server would answer ` +
+    'requests under any name, so a web page could reach it through a name it points at this machine (DNS rebinding). ' +
+    'Either set BEIDOU_ALLOWED_HOSTS to the names clients use (e.g. BEIDOU_ALLOWED_HOSTS=beidou.internal,beidou.internal:7777), ' +
+    'or start with --allow-any-host (BEIDOU_ALLOW_ANY_HOST=1) to accept any name, behind a proxy that checks it'
+  );
 }
 
 /** The middleware, or null when no check applies (and then it says so once). */

@@ -3,12 +3,15 @@ import type { DrainedEvent } from '../../protocol/spawner.js';
 import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
 import { agentEnvironment, wrapChild } from '../adapter.js';
 import { drainedEventProblem } from '../drain.js';
+import { COMMAND_LINE_MAX_BYTES } from '../line-reader.js';
 
 export interface CommandAdapterOutput {
   /** A line of the agent's own output (not an event). */
   line(agentId: string, line: string): void;
   /** An event line the server would refuse: `problem` names the field. It is not posted. */
   invalid(agentId: string, line: string, problem: string): void;
+  /** A line longer than COMMAND_LINE_MAX_BYTES: `bytes` long, only its first `kept` bytes read (then logged or parsed as any line). */
+  cut(agentId: string, bytes: number, kept: number): void;
 }
 
 /**
@@ -17,6 +20,8 @@ export interface CommandAdapterOutput {
  * terminated), and may print JSON objects with an `event` field on stdout to report events;
  * any other output is logged. Each valid event line also counts as a clean turn; an invalid
  * one (an unknown event, a missing or wrong field) is printed with the field and dropped.
+ * A line longer than 64 KiB is cut there (with a note of its length): an event line that long
+ * is dropped, being no longer JSON.
  */
 export function commandAdapter(command: string, out: CommandAdapterOutput): Adapter {
   return {
@@ -45,7 +50,8 @@ export function commandAdapter(command: string, out: CommandAdapterOutput): Adap
       hooks.onSession(spec.sessionId);
       const { writeLine, ...proc } = wrapChild(
         child,
-        (line) => {
+        (line, cut) => {
+          if (cut) out.cut(launch.agent_id, cut.bytes, cut.kept);
           const event = parseEventLine(line);
           if (!event) return out.line(launch.agent_id, line);
           const problem = drainedEventProblem(event);
@@ -54,6 +60,7 @@ export function commandAdapter(command: string, out: CommandAdapterOutput): Adap
           hooks.onCleanTurn();
         },
         command,
+        COMMAND_LINE_MAX_BYTES,
       );
       const write = (obj: unknown) => writeLine(JSON.stringify(obj));
       if (spec.nudge)

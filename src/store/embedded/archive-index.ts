@@ -6,6 +6,7 @@ import {
   type ArchivedTask,
   type ArchiveIndex,
 } from '../../registry/archive.js';
+import { ensurePrivateFile } from '../../util/durable-file.js';
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS archived_tasks (
@@ -26,6 +27,7 @@ export class SqliteArchiveIndex implements ArchiveIndex {
   private readonly upsert: Database.Statement;
 
   constructor(file: string) {
+    ensurePrivateFile(file);
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');

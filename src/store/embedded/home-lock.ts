@@ -1,5 +1,6 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
+import { ensurePrivateFile, PRIVATE_FILE } from '../../util/durable-file.js';
 
 /**
  * One writer per home. Node has no `flock`, so the lock is SQLite's: `lock.db` opened in
@@ -26,6 +27,7 @@ export interface HomeLock {
 }
 
 export function acquireHomeLock(home: string, paths: { lock: string; lockPid: string }): HomeLock {
+  ensurePrivateFile(paths.lock);
   const db = new Database(paths.lock, { timeout: 0 });
   try {
     db.pragma('locking_mode = EXCLUSIVE');
@@ -37,7 +39,7 @@ export function acquireHomeLock(home: string, paths: { lock: string; lockPid: st
     if ((err as { code?: string }).code === 'SQLITE_BUSY') throw new HomeLockedError(home, holderPid(paths.lockPid));
     throw err;
   }
-  writeFileSync(paths.lockPid, `${process.pid}\n`);
+  writeFileSync(paths.lockPid, `${process.pid}\n`, { mode: PRIVATE_FILE });
   let held = true;
   return {
     release() {

@@ -2,6 +2,7 @@ import Database from 'better-sqlite3';
 import type { StoredEvent } from '../../events/catalogue.js';
 import { agentRow, questionRow, taskRow, teamRow, TouchedRows, type RollupStore } from '../../registry/rollups.js';
 import type { RegistryState } from '../../registry/state.js';
+import { ensurePrivateFile } from '../../util/durable-file.js';
 
 /** The embedded store's rollups: `stats.db` in the home, SQLite, written synchronously in batches. */
 const SCHEMA = `
@@ -49,6 +50,7 @@ export class SqliteRollups implements RollupStore {
     /** Rollups are derived data: a failed write is reported, never allowed to stop the server. */
     private readonly onError: (err: unknown) => void = () => undefined,
   ) {
+    ensurePrivateFile(file);
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = NORMAL');

@@ -1,4 +1,5 @@
-import { fstatSync, openSync } from 'node:fs';
+import { fchmodSync, fstatSync, openSync } from 'node:fs';
+import { PRIVATE_FILE } from '../../util/durable-file.js';
 import path from 'node:path';
 import type { StoredEvent } from '../../events/catalogue.js';
 
@@ -40,8 +41,10 @@ export const emptyFile = (taskId: string, fd: number, size: number): TaskFile =>
 export function openTaskFile(files: Map<string, TaskFile>, dir: string, taskId: string): TaskFile {
   let file = files.get(taskId);
   if (file) return file;
-  const fd = openSync(path.join(dir, `${taskId}.jsonl`), 'a+');
-  const size = fstatSync(fd).size;
+  // The log is the server's alone: created 0600, and a file an older version made wider set so.
+  const fd = openSync(path.join(dir, `${taskId}.jsonl`), 'a+', PRIVATE_FILE);
+  const { size, mode } = fstatSync(fd);
+  if ((mode & 0o777) !== PRIVATE_FILE) fchmodSync(fd, PRIVATE_FILE);
   file = emptyFile(taskId, fd, size);
   files.set(taskId, file);
   return file;
