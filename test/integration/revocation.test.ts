@@ -275,6 +275,13 @@ describe('revocation', () => {
     spawners.push(anySpawner);
     const startedB = await waitForEvent(ts, b.task_id, (e) => e.event === 'agent_started', { timeoutMs: 20_000 });
     expect(startedB.spawner_id).not.toBe(startedA.spawner_id);
+
+    // Revoking every spawner token ends both real spawners: their streams close, they are refused, they stop.
+    expect((await ts.api('POST', '/spawner-tokens/revoke', {})).body.streams_closed).toBe(3);
+    for (const s of [onlyA, anySpawner]) {
+      await within(s.exited, WAIT_MS, 'the spawner to stop');
+      expect(s.stderr()).toContain("refused this spawner's token (401)");
+    }
   });
 
   it('revoke-tokens of an agent a spawner runs: its process is stopped and relaunched with a fresh token that works', async () => {
