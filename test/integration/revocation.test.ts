@@ -137,7 +137,7 @@ describe('revocation', () => {
     });
     expect(again.status).toBe(401);
     expect(again.headers.get('www-authenticate')).toContain('token_revoked');
-    expect((await again.json()).error).toBe('token_revoked');
+    expect(((await again.json()) as { error: string }).error).toBe('token_revoked');
     await expect(sdk.call('list_peers')).rejects.toThrow();
     // What it held open ends: the MCP GET stream, the inbox stream (saying why), both sessions.
     await within(getStream.ended, WAIT_MS, 'the MCP GET stream to end');
