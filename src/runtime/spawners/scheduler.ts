@@ -66,9 +66,11 @@ export class Scheduler {
     if (!agent.launch) return;
     // Dated after any revocation of the agent's tokens: a relaunch after one gets a token that works.
     const token = await this.tokens.mintAgent(agent.agent_id, agent.task_id, { after: agent.tokens_revoked_before });
-    // A terminate may have been posted (and sent) while we awaited: then no launch at all.
+    // A terminate may have been posted (and sent) while we awaited: then no launch at all. Nor
+    // when the agent left this spawner meanwhile (its tokens revoked: the token just minted may
+    // be refused, and the launch that follows the revocation carries a fresh one).
     const launch = agent.launch;
-    if (!launch || agent.terminate_posted) return;
+    if (!launch || agent.terminate_posted || agent.spawner_id !== conn.spawnerId) return;
     let allowedTools: string[] = [];
     try {
       allowedTools = this.skills.load(agent.skill).allowedTools;
