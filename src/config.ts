@@ -60,6 +60,13 @@ const configSchema = z.object({
   maxPlanTasks: count(1000),
   maxTeamsPerLeader: count(100),
   maxContentChars: count(200_000),
+  /** The most agents one spawner stream may ask to run (`--max-agents`); more is refused, `limit_exceeded`. */
+  maxAgentsPerSpawner: z.coerce
+    .number({ error: 'must be a number' })
+    .int('must be an integer')
+    .positive('must be positive')
+    .max(10_000, 'must be at most 10000 (the protocol bound)')
+    .default(1000),
   /** MCP stream resumability: how long a dropped stream's events (and its calls) wait, and the per-session bounds. */
   resumeS: seconds(60),
   resumeMaxEvents: count(500),
@@ -107,6 +114,7 @@ const SOURCE_NAMES: Record<string, string> = {
   maxPlanTasks: 'BEIDOU_MAX_PLAN_TASKS',
   maxTeamsPerLeader: 'BEIDOU_MAX_TEAMS_PER_LEADER',
   maxContentChars: 'BEIDOU_MAX_CONTENT_CHARS',
+  maxAgentsPerSpawner: 'BEIDOU_MAX_AGENTS_PER_SPAWNER',
   resumeS: 'BEIDOU_RESUME_S',
   resumeMaxEvents: 'BEIDOU_RESUME_MAX_EVENTS',
   resumeMaxBytes: 'BEIDOU_RESUME_MAX_BYTES',
@@ -167,6 +175,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     maxPlanTasks: emptyToUndefined(env.BEIDOU_MAX_PLAN_TASKS),
     maxTeamsPerLeader: emptyToUndefined(env.BEIDOU_MAX_TEAMS_PER_LEADER),
     maxContentChars: emptyToUndefined(env.BEIDOU_MAX_CONTENT_CHARS),
+    maxAgentsPerSpawner: emptyToUndefined(env.BEIDOU_MAX_AGENTS_PER_SPAWNER),
     resumeS: emptyToUndefined(env.BEIDOU_RESUME_S),
     resumeMaxEvents: emptyToUndefined(env.BEIDOU_RESUME_MAX_EVENTS),
     resumeMaxBytes: emptyToUndefined(env.BEIDOU_RESUME_MAX_BYTES),

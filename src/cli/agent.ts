@@ -75,3 +75,19 @@ export async function message(ref: string, text: string, opts: AgentOptions): Pr
   if (opts.json) printJson({ ok: true, message_id: sent.message_id, agent_id: agent.agent_id });
   else process.stdout.write(`sent ${sent.message_id} to ${agent.name} (${agent.agent_id})\n`);
 }
+
+/** `beidou agent revoke-tokens AGENT`: every token of the agent minted until now is refused. */
+export async function agentRevokeTokens(ref: string, opts: AgentOptions): Promise<void> {
+  const { agent } = await resolveAgent(opts, ref);
+  const revoked = await api<{ ok: true; agent_id: string; before: number; relaunched: boolean }>(
+    opts,
+    'POST',
+    `/agents/${encodeURIComponent(agent.agent_id)}/revoke-tokens`,
+    {},
+  );
+  if (opts.json) return printJson(revoked);
+  const next = revoked.relaunched
+    ? 'its spawner restarts it with a fresh token'
+    : `mint a new one with beidou token --agent ${agent.agent_id}`;
+  process.stdout.write(`revoked every token of ${agent.name} (${agent.agent_id}) minted until now; ${next}\n`);
+}

@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import type { ConfigFlags } from '../config.js';
 import { VERSION } from '../util/version.js';
 import { CliError } from './client.js';
+import { agentRevokeCommand, tokenCommand } from './token-commands.js';
 
 // Any command function (`never[]` accepts every parameter list); commander passes what it parsed.
 type CommandAction = (...args: never[]) => Promise<void>;
@@ -42,18 +43,7 @@ const clientOptions = (cmd: Command) =>
     .option('--server <url>', 'server base URL (BEIDOU_SERVER, default http://127.0.0.1:7777)')
     .option('--home <dir>', 'where admin.token is (BEIDOU_HOME, default ~/.beidou)');
 
-clientOptions(
-  program
-    .command('token')
-    .description('print the admin token, or mint an agent (--agent ID) or spawner (--spawner) token')
-    .option('--agent <agent_id>', 'mint a fresh token for this agent')
-    .option('--spawner', 'mint a spawner token'),
-).action(
-  lazy(
-    () => import('./token.js'),
-    (m) => m.token,
-  ),
-);
+tokenCommand(program, clientOptions);
 
 const task = program.command('task').description('tasks');
 clientOptions(
@@ -127,6 +117,8 @@ clientOptions(
     (m) => m.agentShow,
   ),
 );
+
+agentRevokeCommand(agent, clientOptions);
 
 clientOptions(
   program

@@ -275,6 +275,16 @@ export const EVENT_FIELDS = {
   /** Committed with a report a spawner sent from its spool: the spawner's high-water mark, so a replay is ignored. */
   'spawner.spooled': z.object({ spawner_id: id, spool_seq: z.number().int().positive() }),
 
+  // ---- revocation (docs/security.md), by the admin ----
+  /**
+   * Standalone: every token minted for the agent at or before `before` (clock seconds, to the
+   * millisecond) is refused. `spawner_id`: the spawner that held it, whose process is stopped so
+   * the agent is launched again with a fresh token (null: no spawner held it, or it is being terminated).
+   */
+  'agent.tokens_revoked': z.object({ agent_id: id, before: z.number(), spawner_id: nullableId }),
+  /** Standalone, in the system log (SYSTEM_LOG): every spawner token minted at or before `before` is refused. */
+  'spawner_tokens.revoked': z.object({ before: z.number() }),
+
   // ---- drained from agent processes by the spawner (validated on arrival) ----
   agent_started: z.object({
     agent_id: id,
@@ -367,6 +377,12 @@ export const EVENT_FIELDS = {
   'ask_user_question.redirected': z.object({ caller_id: id, questions_count: z.number().int().min(0) }),
   'disallowed_alias.denied': z.object({ caller_id: id, tool_name: z.string() }),
 } as const;
+
+/**
+ * The log of events that belong to no task (the spawner tokens' revocation): a task id no
+ * task has (theirs are `tsk_…`), replayed, replicated and kept like any task's log, never archived.
+ */
+export const SYSTEM_LOG = 'beidou';
 
 export type EventName = keyof typeof EVENT_FIELDS;
 export const EVENT_NAMES = Object.keys(EVENT_FIELDS) as EventName[];

@@ -106,6 +106,9 @@ const SENTENCES: Sentences = {
   'spawner.lost': (e, n) =>
     `spawner ${e.spawner_id} was lost; ${e.agent_ids.length ? `${e.agent_ids.map(n).join(', ')} wait${e.agent_ids.length === 1 ? 's' : ''} for another` : 'it ran no agent'}`,
   'spawner.spooled': (e) => `spawner ${e.spawner_id} delivered spooled reports up to ${e.spool_seq}`,
+  'agent.tokens_revoked': (e, n) =>
+    `user: ${n(e.agent_id)}'s tokens revoked${e.spawner_id ? `; spawner ${e.spawner_id} restarts it with a fresh one` : ''}`,
+  'spawner_tokens.revoked': () => 'user: every spawner token minted so far revoked',
   agent_started: (e, n) => `${n(e.agent_id)} ${e.resumed ? 'resumed' : 'started'} on spawner ${e.spawner_id}`,
   'turn.usage': (e, n) =>
     `${n(e.caller_id)}: ${e.input_tokens} tokens in, ${e.output_tokens} out${e.model ? ` (${e.model})` : ''}`,

@@ -5,12 +5,15 @@ import * as joseErrors from 'jose/errors';
 import { jwtVerify } from 'jose/jwt/verify';
 import { SignJWT } from 'jose/jwt/sign';
 import { systemClock, type Clock } from '../util/clock.js';
+import { issuedAt } from './revocation.js';
 
 /**
  * Agent and spawner tokens: JWTs signed HS256. Claims (docs/api.md, Authentication): `sub` (the agent id,
- * or the spawner's id), `task_id` (agents), `kind`, `iss` = `aud` = "beidou", `iat`, `exp`,
- * `jti`. Verified tokens are cached by their string until `exp`, since verification is on
- * the hot path of every tool call.
+ * or the spawner's id), `task_id` (agents), `task_ids` (a spawner limited to those tasks), `kind`,
+ * `iss` = `aud` = "beidou", `iat` (to the millisecond, so a revocation can tell tokens of the same
+ * second apart), `exp`, `jti`. Verified tokens are cached by their string until `exp`, since
+ * verification is on the hot path of every tool call; revocation is checked after the cache, by
+ * the caller (server/http/auth.ts), against the state.
  */
 
 export const ISSUER = 'beidou';
@@ -22,8 +25,18 @@ export interface TokenClaims {
   sub: string;
   kind: TokenKind;
   task_id?: string;
+  /** A spawner token limited to these tasks' launches (absent: any task). */
+  task_ids?: string[];
   jti: string;
+  /** When it was minted: Unix seconds with millisecond precision (older tokens: whole seconds). */
+  iat: number;
   exp: number;
+}
+
+/** What a mint may be told: the latest revocation it must be dated after. */
+export interface MintOptions {
+  /** A revocation's `before`: the token's `iat` is set later than it, even within the same millisecond. */
+  after?: number | null;
 }
 
 export type TokenRefusal = 'invalid_token' | 'token_expired' | 'invalid_claims';
@@ -51,23 +64,30 @@ export class TokenService {
     this.key = new TextEncoder().encode(secret);
   }
 
-  async mintAgent(agentId: string, taskId: string): Promise<string> {
-    return this.mint({ kind: 'agent', task_id: taskId }, agentId);
+  async mintAgent(agentId: string, taskId: string, opts: MintOptions = {}): Promise<string> {
+    return this.mint({ kind: 'agent', task_id: taskId }, agentId, opts);
   }
 
-  async mintSpawner(spawnerId: string): Promise<string> {
-    return this.mint({ kind: 'spawner' }, spawnerId);
+  /** `taskIds`: the tasks whose launches it may take (null: any). */
+  async mintSpawner(
+    spawnerId: string,
+    taskIds: readonly string[] | null = null,
+    opts: MintOptions = {},
+  ): Promise<string> {
+    return this.mint({ kind: 'spawner', ...(taskIds ? { task_ids: [...taskIds] } : {}) }, spawnerId, opts);
   }
 
-  private async mint(claims: Record<string, string>, subject: string): Promise<string> {
-    const iat = Math.floor(this.clock.now());
+  private async mint(claims: Record<string, unknown>, subject: string, opts: MintOptions): Promise<string> {
+    // Millisecond precision, and after the latest revocation the caller knows of: a token
+    // minted right after a revocation (the same second, the same millisecond) is not refused by it.
+    const iat = issuedAt(this.clock.now(), opts.after);
     return new SignJWT(claims)
       .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
       .setSubject(subject)
       .setIssuer(ISSUER)
       .setAudience(AUDIENCE)
       .setIssuedAt(iat)
-      .setExpirationTime(iat + Math.floor(this.ttlSeconds))
+      .setExpirationTime(Math.floor(iat) + Math.floor(this.ttlSeconds))
       .setJti(randomUUID())
       .sign(this.key);
   }
@@ -97,9 +117,9 @@ export class TokenService {
       }
       throw new TokenError('invalid_token', 'the token is malformed or its signature does not verify');
     }
-    const { sub, kind, task_id, jti, exp } = payload as Record<string, unknown>;
-    if (typeof sub !== 'string' || typeof jti !== 'string' || typeof exp !== 'number') {
-      throw new TokenError('invalid_claims', 'the token lacks sub, jti or exp');
+    const { sub, kind, task_id, task_ids, jti, iat, exp } = payload as Record<string, unknown>;
+    if (typeof sub !== 'string' || typeof jti !== 'string' || typeof exp !== 'number' || typeof iat !== 'number') {
+      throw new TokenError('invalid_claims', 'the token lacks sub, jti, iat or exp');
     }
     if (kind !== 'agent' && kind !== 'spawner') {
       throw new TokenError('invalid_claims', 'the token\'s "kind" claim must be "agent" or "spawner"');
@@ -107,7 +127,24 @@ export class TokenService {
     if (kind === 'agent' && typeof task_id !== 'string') {
       throw new TokenError('invalid_claims', 'an agent token must carry task_id');
     }
-    const claims: TokenClaims = { sub, kind, jti, exp, ...(typeof task_id === 'string' ? { task_id } : {}) };
+    if (
+      task_ids !== undefined &&
+      (kind !== 'spawner' || !Array.isArray(task_ids) || !task_ids.every((t) => typeof t === 'string'))
+    ) {
+      throw new TokenError(
+        'invalid_claims',
+        'the token\'s "task_ids" claim must be a list of task ids, on a spawner token',
+      );
+    }
+    const claims: TokenClaims = {
+      sub,
+      kind,
+      jti,
+      iat,
+      exp,
+      ...(typeof task_id === 'string' ? { task_id } : {}),
+      ...(task_ids !== undefined ? { task_ids: task_ids as string[] } : {}),
+    };
     if (this.cache.size >= CACHE_LIMIT) this.cache.clear();
     this.cache.set(token, claims);
     return claims;

@@ -76,13 +76,14 @@ export interface TerminateCommand {
 }
 
 /**
- * The spawner runs a process for an agent that is not its own any more (terminated, or given
- * to another spawner): kill it and report nothing (there is nothing to acknowledge).
+ * The spawner runs a process for an agent that is not its own any more (terminated, given
+ * to another spawner, or holding a revoked token, to be launched again with a fresh one):
+ * kill it and report nothing (there is nothing to acknowledge).
  */
 export interface StopCommand {
   type: 'stop';
   agent_id: string;
-  reason: 'terminated' | 'reassigned' | 'unknown_agent';
+  reason: 'terminated' | 'reassigned' | 'unknown_agent' | 'token_revoked';
 }
 
 /** What the server sends on the command stream (SSE event `command`, JSON data). */

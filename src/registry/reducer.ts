@@ -113,6 +113,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         sent_count: 0,
         launch: null,
         spawner_id: null,
+        tokens_revoked_before: null,
         session_id: null,
         started: false,
         running: false,
@@ -381,6 +382,21 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     }
     case 'spawner.spooled':
       state.spool_hwm.set(e.spawner_id, Math.max(state.spool_hwm.get(e.spawner_id) ?? 0, e.spool_seq));
+      return;
+    case 'agent.tokens_revoked': {
+      const agent = state.agents.get(e.agent_id);
+      if (!agent) return;
+      agent.tokens_revoked_before = Math.max(agent.tokens_revoked_before ?? e.before, e.before);
+      // Its process holds a refused token: stopped, and queued for a launch with a fresh one.
+      if (e.spawner_id && agent.spawner_id === e.spawner_id) {
+        agent.spawner_id = null;
+        agent.running = false;
+        agent.open_tool_uses.clear();
+      }
+      return;
+    }
+    case 'spawner_tokens.revoked':
+      state.spawner_tokens_revoked_before = Math.max(state.spawner_tokens_revoked_before ?? e.before, e.before);
       return;
     case 'agent_started': {
       const agent = state.agents.get(e.agent_id);

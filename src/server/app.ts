@@ -7,6 +7,7 @@ import { dashboard } from './http/dashboard.js';
 import { hookApi } from './api/hook.js';
 import { hostGuard } from './http/host-guard.js';
 import { spawnerApi } from './api/spawner.js';
+import { tokensApi } from './api/tokens.js';
 import type { Authenticator } from './http/auth.js';
 import { ApiError, sendError, toApiError } from './http/errors.js';
 import type { McpSessions } from './mcp/index.js';
@@ -81,6 +82,7 @@ export function buildApp(
   mcp.mount(app, auth);
   app.use('/api/spawner', spawnerApi(services, auth, stopping));
   app.use('/api/hook', hookApi(services, auth, mcp, stopping));
+  app.use('/api', tokensApi(services, auth));
   app.use('/api', adminApi(services, auth, adminStreams, tasksFeed));
 
   app.use((req: Request, res: Response) => {

@@ -4,10 +4,17 @@ import type { TestServer } from './server.js';
 /**
  * A hand-driven spawner: a spawner token and instance with its command stream open, the
  * commands it receives queued, and its posts. Tests play the spawner's side of the protocol
- * with it; `streams` collects the stream's abort controller for the test's cleanup.
+ * with it; `streams` collects the stream's abort controller for the test's cleanup. `token`: the
+ * spawner token to use (default: one minted, unlimited); `ended` settles when the server ends the stream.
  */
-export async function handSpawner(ts: TestServer, instance: string, streams: AbortController[], maxAgents = 4) {
-  const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
+export async function handSpawner(
+  ts: TestServer,
+  instance: string,
+  streams: AbortController[],
+  maxAgents = 4,
+  opts: { token?: string } = {},
+) {
+  const token = opts.token ?? ((await ts.api('POST', '/spawner-tokens', {})).body.token as string);
   const headers = { authorization: `Bearer ${token}`, 'beidou-spawner-instance': instance };
   const controller = new AbortController();
   streams.push(controller);
@@ -23,7 +30,7 @@ export async function handSpawner(ts: TestServer, instance: string, streams: Abo
       wake?.();
     },
   });
-  void (async () => {
+  const ended = (async () => {
     const decoder = new TextDecoder();
     try {
       for await (const chunk of res.body!) parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
@@ -47,5 +54,5 @@ export async function handSpawner(ts: TestServer, instance: string, streams: Abo
     });
     return { status: r.status, body: (await r.json()) as any };
   };
-  return { status: res.status, next, post, headers, token };
+  return { status: res.status, next, post, headers, token, ended };
 }

@@ -8,6 +8,10 @@ export interface Connection {
   spawnerId: string;
   name: string;
   maxAgents: number;
+  /** The tasks its token limits it to (null: any): the scheduler gives it no other launch. */
+  taskIds: string[] | null;
+  /** Its token's `iat`: a revocation of spawner tokens minted until then closes the stream. */
+  issuedAt: number;
   send: (command: SpawnerCommand) => void;
   close: () => void;
 }
@@ -102,6 +106,7 @@ export class SpawnerConnections {
         name: conn?.name ?? null,
         connected: conn !== undefined,
         max_agents: conn?.maxAgents ?? null,
+        task_ids: conn?.taskIds ?? null,
         last_heartbeat_at: this.lastBeat.get(spawnerId) ?? 0,
         // pid: the process the spawner last reported for it (null: none reported, or between two).
         agents: agentsOf(state, spawnerId).map((a) => ({

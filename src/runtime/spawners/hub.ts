@@ -10,6 +10,7 @@ import {
   terminationAcknowledged,
 } from '../../domain/spawners.js';
 import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
+import { revokedBy } from '../../identity/revocation.js';
 import type { TokenService } from '../../identity/tokens.js';
 import type { RunningAgent } from '../../protocol/spawner.js';
 import type { Registry } from '../../registry/registry.js';
@@ -69,8 +70,8 @@ export class SpawnerHub {
 
   // ---- the stream ----
 
-  connect(spawnerId: string, name: string, maxAgents: number, send: Connection['send'], close: () => void): void {
-    const conn: Connection = { spawnerId, name, maxAgents, send, close };
+  connect(conn: Connection): void {
+    const { spawnerId, name, maxAgents, send } = conn;
     this.connections.add(conn);
     const { config } = this.deps.domain;
     const held = agentsOf(this.registry.state, spawnerId);
@@ -88,7 +89,10 @@ export class SpawnerHub {
       else if (!agent.running) void this.scheduler.launch(conn, agent, resumable(agent));
       else this.deliveries.push(agent);
     }
-    this.deps.logger.info({ spawner: spawnerId, name, maxAgents, held: held.length }, 'spawner connected');
+    this.deps.logger.info(
+      { spawner: spawnerId, name, maxAgents, taskIds: conn.taskIds, held: held.length },
+      'spawner connected',
+    );
     void this.scheduler.schedule();
   }
 
@@ -181,6 +185,17 @@ export class SpawnerHub {
           if (agent?.spawner_id) this.deliveries.terminate(agent);
           break;
         }
+        case 'agent.tokens_revoked':
+          // Its process holds a refused token: stopped there, and launched again with a fresh one.
+          if (e.spawner_id) {
+            this.connections.get(e.spawner_id)?.send({ type: 'stop', agent_id: e.agent_id, reason: 'token_revoked' });
+            this.deps.inboxes.release(e.agent_id);
+            reschedule = true;
+          }
+          break;
+        case 'spawner_tokens.revoked':
+          for (const conn of this.connections.all()) if (revokedBy(conn.issuedAt, e.before)) conn.close();
+          break;
       }
     }
     if (reschedule) queueMicrotask(() => void this.scheduler.schedule());
@@ -217,6 +232,11 @@ export class SpawnerHub {
   /** Validated drained events, with the server's answer to an escalation in the same commit. */
   async report(spawnerId: string, agentId: string, drafts: EventDraft[], mark: EventDraft[] = []): Promise<void> {
     await this.registry.commit([...spawnerReport(this.deps.domain, spawnerId, agentId, drafts), ...mark]);
+  }
+
+  /** How many open spawner streams came with a token a revocation at `before` refuses. */
+  streamsMintedBy(before: number): number {
+    return this.connections.all().filter((c) => revokedBy(c.issuedAt, before)).length;
   }
 
   /** For the admin API: what each spawner holds. */

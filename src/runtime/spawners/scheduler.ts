@@ -1,3 +1,4 @@
+import { spawnerTakes } from '../../domain/revocation.js';
 import { launchAssigned, resumable, schedulable } from '../../domain/spawners.js';
 import type { TokenService } from '../../identity/tokens.js';
 import type { LaunchCommand } from '../../protocol/spawner.js';
@@ -7,7 +8,8 @@ import type { SkillCatalog } from '../../skills/loader.js';
 import type { Connection, SpawnerConnections } from './connections.js';
 
 /**
- * Gives queued launches to connected spawners with room, least loaded first. The
+ * Gives queued launches to connected spawners with room, least loaded first, each only to a
+ * spawner whose token takes its task (a limited token: its tasks only). The
  * assignment (`launch.assigned`) is committed before the launch command goes out. One pass
  * runs at a time; a request during a pass makes it run once more.
  */
@@ -43,14 +45,15 @@ export class Scheduler {
     const load = new Map<string, number>();
     for (const a of state.agents.values()) if (a.spawner_id) load.set(a.spawner_id, (load.get(a.spawner_id) ?? 0) + 1);
     const share = (c: Connection) => (load.get(c.spawnerId) ?? 0) / c.maxAgents;
+    const room = (c: Connection) => (load.get(c.spawnerId) ?? 0) < c.maxAgents;
     for (const agent of state.agents.values()) {
       if (!schedulable(state, agent)) continue;
       // Connections can come and go while a launch is sent: look again each time.
-      const target = this.connections
-        .all()
-        .filter((c) => (load.get(c.spawnerId) ?? 0) < c.maxAgents)
-        .sort((x, y) => share(x) - share(y))[0];
-      if (!target) break;
+      const open = this.connections.all().filter(room);
+      if (open.length === 0) break;
+      const target = open.filter((c) => spawnerTakes(c.taskIds, agent.task_id)).sort((x, y) => share(x) - share(y))[0];
+      // No spawner with room takes this task: it waits, and the next agent may be another's.
+      if (!target) continue;
       load.set(target.spawnerId, (load.get(target.spawnerId) ?? 0) + 1);
       const resume = resumable(agent);
       await this.registry.commit([launchAssigned(agent, target.spawnerId)]);
@@ -61,10 +64,13 @@ export class Scheduler {
   /** Sends the launch (with a fresh token); nothing if a terminate was posted meanwhile. */
   async launch(conn: Connection, agent: AgentRecord, resume: boolean): Promise<void> {
     if (!agent.launch) return;
-    const token = await this.tokens.mintAgent(agent.agent_id, agent.task_id);
-    // A terminate may have been posted (and sent) while we awaited: then no launch at all.
+    // Dated after any revocation of the agent's tokens: a relaunch after one gets a token that works.
+    const token = await this.tokens.mintAgent(agent.agent_id, agent.task_id, { after: agent.tokens_revoked_before });
+    // A terminate may have been posted (and sent) while we awaited: then no launch at all. Nor
+    // when the agent left this spawner meanwhile (its tokens revoked: the token just minted may
+    // be refused, and the launch that follows the revocation carries a fresh one).
     const launch = agent.launch;
-    if (!launch || agent.terminate_posted) return;
+    if (!launch || agent.terminate_posted || agent.spawner_id !== conn.spawnerId) return;
     let allowedTools: string[] = [];
     try {
       allowedTools = this.skills.load(agent.skill).allowedTools;

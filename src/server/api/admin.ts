@@ -43,7 +43,7 @@ const eventsQuery = z.object({
 
 /** The admin REST API (docs/api.md). Thin: parse, decide (domain/), commit, render a view. */
 export function adminApi(services: Services, auth: Authenticator, streams: AdminStreams, feed: TasksFeed): Router {
-  const { registry, tokens, skills, ids, domain } = services;
+  const { registry, tokens, skills, domain } = services;
   const api = Router();
 
   api.get('/health', (_req, res) => {
@@ -214,21 +214,6 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     res.json({ ok: true, message_id: messageId });
   });
 
-  api.post('/agents/:id/token', admin, async (req, res) => {
-    parseOr400(emptyBody, req.body);
-    const agent = registry.archivedAgents.has(param(req, 'id'))
-      ? (await archivedAgent(param(req, 'id'))).agent
-      : agentOr404(param(req, 'id'));
-    if (agent.terminate_consumed) {
-      throw new ApiError(
-        409,
-        'agent_terminated',
-        `agent ${agent.agent_id} has been terminated; a token for it would not work`,
-      );
-    }
-    res.json({ token: await tokens.mintAgent(agent.agent_id, agent.task_id) });
-  });
-
   api.get('/questions/pending', admin, (_req, res) => {
     res.json(pendingQuestionsView(registry.state));
   });
@@ -272,11 +257,6 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
 
   api.get('/spawners', admin, (_req, res) => {
     res.json({ spawners: services.spawners.view() });
-  });
-
-  api.post('/spawner-tokens', admin, async (req, res) => {
-    parseOr400(emptyBody, req.body);
-    res.json({ token: await tokens.mintSpawner(ids.next('sp')) });
   });
 
   return api;

@@ -3,6 +3,7 @@ import { createSession } from 'better-sse';
 import { settingName } from '../../config.js';
 import { limitExceeded } from '../../domain/errors.js';
 import { inboxSummary, inboxWatchEnd } from '../../domain/messages.js';
+import { revokedBy } from '../../identity/revocation.js';
 import type { Services } from '../../runtime/services.js';
 import type { McpSessions } from '../mcp/index.js';
 import { fromDomainError } from '../http/errors.js';
@@ -19,8 +20,8 @@ const KEEP_ALIVE_MS = 15_000;
  * sessions (BEIDOU_MAX_SESSIONS_PER_AGENT).
  *
  * Events: `inbox` {count, senders, latest, mcp_sessions} on connect and whenever that
- * changes; `ended` {reason: agent_terminated | task_ended}, after which the server closes
- * the stream. `mcp_sessions` (the agent's open MCP sessions) lets the relay hold a doorbell
+ * changes; `ended` {reason: agent_terminated | task_ended | token_revoked}, after which the
+ * server closes the stream (`token_revoked`: the token that opened it was revoked). `mcp_sessions` (the agent's open MCP sessions) lets the relay hold a doorbell
  * until the client has reconnected after a server restart, so its read_inbox can work.
  */
 export function inboxStream(
@@ -86,7 +87,9 @@ export function inboxStream(
       if (finished) return;
       const agent = registry.agent(agentId);
       if (!agent) return finish();
-      const ended = inboxWatchEnd(registry.state, agent);
+      const ended =
+        inboxWatchEnd(registry.state, agent) ??
+        (revokedBy(p.issuedAt, agent.tokens_revoked_before) ? 'token_revoked' : null);
       const summary = JSON.stringify({
         ...inboxSummary(registry.state, agent),
         mcp_sessions: sessions.sessionsOf(agentId),

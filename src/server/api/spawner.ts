@@ -1,6 +1,8 @@
 import { Router, type Request } from 'express';
 import { createSession } from 'better-sse';
+import { settingName } from '../../config.js';
 import { zodToInvalidInput } from '../../domain/errors.js';
+import { spawnerTakes } from '../../domain/revocation.js';
 import { NotYourAgent, spooledMark, spoolHighWater } from '../../domain/spawners.js';
 import { EVENT_FIELDS, SPAWNER_EVENTS, type EventDraft } from '../../events/catalogue.js';
 import { UnstorableEventError } from '../../events/event-log.js';
@@ -30,11 +32,15 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
   const api = Router();
   api.use(auth.require('spawner'), jsonBody); // the token first, the body after
 
+  const principal = (req: Request) => {
+    const p = req.principal;
+    if (p?.kind !== 'spawner') throw new Error('spawner route without a spawner principal');
+    return p;
+  };
   // One spawner token may serve several spawner processes (machines): each names its own
   // instance, and the pair is the spawner's identity.
   const spawnerId = (req: Request) => {
-    const p = req.principal;
-    if (p?.kind !== 'spawner') throw new Error('spawner route without a spawner principal');
+    const p = principal(req);
     const instance = req.header(INSTANCE_HEADER) ?? '';
     if (!/^[A-Za-z0-9._:-]{1,100}$/.test(instance)) {
       throw new ApiError(
@@ -55,6 +61,18 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     return Number(raw);
   };
   const replayed = (id: string, seq: number | null) => seq !== null && seq <= spoolHighWater(registry.state, id);
+  // A token limited to some tasks acts on their agents only (the scheduler gives it no other;
+  // this holds whatever else comes to name one).
+  const inScope = (req: Request, agentId: string) => {
+    const { taskIds } = principal(req);
+    const agent = registry.agent(agentId);
+    if (taskIds && !(agent && spawnerTakes(taskIds, agent.task_id)))
+      throw new ApiError(
+        409,
+        'not_your_agent',
+        `agent ${agentId} is not of the tasks this spawner token is limited to`,
+      );
+  };
   const mine = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
@@ -66,7 +84,18 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
 
   api.get('/stream', async (req, res) => {
     const id = spawnerId(req);
+    const { taskIds, issuedAt } = principal(req);
     const { max_agents, name } = parseOr400(streamQuery, req.query);
+    const bound = services.config.maxAgentsPerSpawner;
+    if (max_agents > bound) {
+      const setting = settingName('maxAgentsPerSpawner');
+      throw new ApiError(
+        400,
+        'limit_exceeded',
+        `max_agents: this server lets one spawner run at most ${bound} agents (${setting}); start it with --max-agents ${bound} or fewer`,
+        { limit: 'agents_per_spawner', max: bound, setting, field: 'max_agents' },
+      );
+    }
     // A keep-alive every heartbeat: a spawner that hears nothing for three of them drops
     // the stream and reconnects (a paused or lost server, a balancer holding a dead one).
     const session = await createSession(req, res, {
@@ -83,7 +112,7 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
       stopping.removeEventListener('abort', end);
       spawners.disconnect(id, send);
     });
-    spawners.connect(id, name || id, max_agents, send, end);
+    spawners.connect({ spawnerId: id, name: name || id, maxAgents: max_agents, taskIds, issuedAt, send, close: end });
   });
 
   api.post('/heartbeat', async (req, res) => {
@@ -98,6 +127,7 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     const id = spawnerId(req);
     const seq = spoolSeq(req);
     if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
+    inScope(req, body.agent_id);
     const mark = spooledMark(registry.state, id, body.agent_id, seq);
     await mine(async () => {
       if (body.type === 'deliver') {
@@ -116,6 +146,7 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     const agentId = String(req.params.id);
     const seq = spoolSeq(req);
     if (replayed(id, seq)) return void res.json({ ok: true, replayed: true });
+    inScope(req, agentId);
     await mine(() =>
       spawners.started(id, agentId, body.session_id, body.resumed, spooledMark(registry.state, id, agentId, seq)),
     );
@@ -128,6 +159,7 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     const id = spawnerId(req);
     const seq = spoolSeq(req);
     if (replayed(id, seq)) return void res.json({ ok: true, accepted: 0, replayed: true });
+    inScope(req, agentId);
     const agent = registry.agent(agentId);
     if (!agent) throw new ApiError(404, 'unknown_agent', `no agent ${agentId}`);
     // Validate all first: a batch is taken whole or not at all.

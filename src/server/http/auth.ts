@@ -1,13 +1,18 @@
 import type { NextFunction, Request, Response } from 'express';
+import { revokedBy } from '../../identity/revocation.js';
 import { safeEqual } from '../../identity/secrets.js';
 import { TokenError, type TokenClaims, type TokenService } from '../../identity/tokens.js';
 import type { Registry } from '../../registry/registry.js';
 
-/** Who is calling, from the verified bearer token. Never from a request body. */
+/**
+ * Who is calling, from the verified bearer token. Never from a request body. `issuedAt`: the
+ * token's `iat`, so what it opened (a session, a stream) ends when a revocation reaches it;
+ * `taskIds`: the tasks a limited spawner token may take (null: any).
+ */
 export type Principal =
   | { kind: 'admin' }
-  | { kind: 'agent'; agentId: string; taskId: string }
-  | { kind: 'spawner'; spawnerId: string };
+  | { kind: 'agent'; agentId: string; taskId: string; issuedAt: number }
+  | { kind: 'spawner'; spawnerId: string; taskIds: string[] | null; issuedAt: number };
 
 export type AuthRefusalCode =
   | 'missing_token'
@@ -17,6 +22,7 @@ export type AuthRefusalCode =
   | 'wrong_token_kind'
   | 'unknown_agent'
   | 'agent_terminated'
+  | 'token_revoked'
   | 'task_quarantined';
 
 export class AuthRefusal extends Error {
@@ -55,7 +61,16 @@ export class Authenticator {
       if (err instanceof TokenError) throw new AuthRefusal(err.code, err.message);
       throw err;
     }
-    if (claims.kind === 'spawner') return { kind: 'spawner', spawnerId: claims.sub };
+    // Revocation is read from the state on every request, after the cache of verified tokens.
+    if (claims.kind === 'spawner') {
+      if (revokedBy(claims.iat, this.registry.state.spawner_tokens_revoked_before)) {
+        throw new AuthRefusal(
+          'token_revoked',
+          'this spawner token was revoked; mint a new one (beidou token --spawner)',
+        );
+      }
+      return { kind: 'spawner', spawnerId: claims.sub, taskIds: claims.task_ids ?? null, issuedAt: claims.iat };
+    }
     if (claims.task_id !== undefined && this.registry.quarantined.has(claims.task_id)) {
       throw new AuthRefusal(
         'task_quarantined',
@@ -77,7 +92,13 @@ export class Authenticator {
         `agent ${agent.agent_id} has been terminated; its token no longer works`,
       );
     }
-    return { kind: 'agent', agentId: agent.agent_id, taskId: agent.task_id };
+    if (revokedBy(claims.iat, agent.tokens_revoked_before)) {
+      throw new AuthRefusal(
+        'token_revoked',
+        `this token of agent ${agent.agent_id} was revoked; its spawner gets a fresh one, or mint one (beidou token --agent)`,
+      );
+    }
+    return { kind: 'agent', agentId: agent.agent_id, taskId: agent.task_id, issuedAt: claims.iat };
   }
 
   /** Express middleware admitting only the given principal kinds; refusals are 401 JSON. */

@@ -35,13 +35,13 @@ export function mountMcpRoutes(
   app.delete('/mcp', agentOnly, streamable);
 
   app.get('/sse', agentOnly, async (req, res) => {
-    const agentId = principalAgent(req);
+    const { agentId, issuedAt } = principalAgent(req);
     const release = reserveSession(sessions, agentId, res);
     if (!release) return;
     const transport = new FlushingSSEServerTransport('/messages', res);
     const server = newServer(agentId, transport);
     const id = transport.sessionId;
-    sessions.add({ id, agentId, server, transport, open: 1 });
+    sessions.add({ id, agentId, server, transport, open: 1, tokenIssuedAt: issuedAt });
     release();
     transport.onclose = () => sessions.remove(id);
     res.on('close', () => sessions.remove(id));
@@ -55,7 +55,9 @@ export function mountMcpRoutes(
         .status(404)
         .json({ error: 'unknown_session', message: 'no SSE session with that sessionId; open GET /sse first' });
     }
-    if (session.agentId !== principalAgent(req)) return forbidden(res);
+    const caller = principalAgent(req);
+    if (session.agentId !== caller.agentId) return forbidden(res);
+    sessions.usedBy(session, caller.issuedAt);
     await session.transport.handlePostMessage(req, res, req.body);
   });
 }
@@ -66,7 +68,7 @@ export function mountMcpRoutes(
  */
 function streamableHttp(services: Services, sessions: SessionRegistry, newServer: SessionServerFactory) {
   return async (req: Request, res: Response) => {
-    const agentId = principalAgent(req);
+    const { agentId, issuedAt } = principalAgent(req);
     if (req.method === 'POST') sessions.trackPost(res);
     const sessionId = req.header('mcp-session-id');
     if (sessionId) {
@@ -74,7 +76,7 @@ function streamableHttp(services: Services, sessions: SessionRegistry, newServer
       if (!session) return jsonRpcError(res, 404, -32001, 'Session not found; initialize a new session');
       if (session.agentId !== agentId) return forbidden(res);
       const connection = new Connection(res);
-      sessions.requestOpened(session);
+      sessions.requestOpened(session, issuedAt);
       res.on('close', () => sessions.requestClosed(session));
       await requestConnection.run(connection, () =>
         (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body),
@@ -100,7 +102,8 @@ function streamableHttp(services: Services, sessions: SessionRegistry, newServer
       const server = newServer(agentId, resumption);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => sessions.add({ id, agentId, server, transport, open: 0 }),
+        onsessioninitialized: (id) =>
+          sessions.add({ id, agentId, server, transport, open: 0, tokenIssuedAt: issuedAt }),
         eventStore: resumption,
         retryInterval: RESUME_RETRY_MS,
       });
@@ -124,10 +127,10 @@ function reserveSession(sessions: SessionRegistry, agentId: string, res: Respons
   return null;
 }
 
-function principalAgent(req: Request): string {
+function principalAgent(req: Request): { agentId: string; issuedAt: number } {
   const p = req.principal;
   if (p?.kind !== 'agent') throw new Error('agent route reached without an agent principal');
-  return p.agentId;
+  return p;
 }
 
 function jsonRpcError(res: Response, status: number, code: number, message: string): void {

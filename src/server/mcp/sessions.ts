@@ -5,6 +5,7 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { DomainError } from '../../domain/errors.js';
 import { deliveredText } from '../../domain/messages.js';
 import type { StoredEvent } from '../../events/catalogue.js';
+import { revokedBy } from '../../identity/revocation.js';
 import type { InboxMessage } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';
 import { SessionCap } from './session-cap.js';
@@ -23,6 +24,11 @@ export interface McpSession {
   /** Requests (and GET streams) open on it, and when it last had one (clock seconds): for idle expiry. */
   open: number;
   lastSeen: number;
+  /**
+   * The `iat` of the oldest token any of its requests came with: a revocation that refuses
+   * that token closes the session, and with it every stream opened on it.
+   */
+  tokenIssuedAt: number;
 }
 
 export class SessionRegistry {
@@ -38,12 +44,17 @@ export class SessionRegistry {
     this.cap = new SessionCap(services.config.maxSessionsPerAgent);
   }
 
-  /** Durable observer: a terminated agent's sessions end with it (its token no longer opens new ones). */
+  /**
+   * Durable observer: a terminated agent's sessions end with it (its token no longer opens
+   * new ones); so do the sessions a revoked token of the agent used.
+   */
   onDurable(events: readonly StoredEvent[]): void {
     for (const e of events) {
-      if (e.event !== 'terminate.consumed') continue;
-      for (const session of [...(this.byAgent.get(e.agent_id) ?? [])])
+      if (e.event !== 'terminate.consumed' && e.event !== 'agent.tokens_revoked') continue;
+      for (const session of [...(this.byAgent.get(e.agent_id) ?? [])]) {
+        if (e.event === 'agent.tokens_revoked' && !revokedBy(session.tokenIssuedAt, e.before)) continue;
         void session.server.close().catch(() => undefined);
+      }
     }
   }
 
@@ -109,10 +120,16 @@ export class SessionRegistry {
   }
 
   /** A request (or GET stream) opened on the session: it is seen now, and most recently used. */
-  requestOpened(session: McpSession): void {
+  requestOpened(session: McpSession, tokenIssuedAt: number): void {
+    this.usedBy(session, tokenIssuedAt);
     session.open++;
     session.lastSeen = this.now();
     this.touch(session);
+  }
+
+  /** A request came with a token minted at `tokenIssuedAt`: the session holds what the oldest of them may see. */
+  usedBy(session: McpSession, tokenIssuedAt: number): void {
+    session.tokenIssuedAt = Math.min(session.tokenIssuedAt, tokenIssuedAt);
   }
 
   requestClosed(session: McpSession): void {
