@@ -23,7 +23,7 @@ const LINE_BREAK = /\r\n|[\n\v\f\r\u0085\u2028\u2029]/g;
  * Unicode tag characters (which smuggle ASCII past a human reader).
  */
 const INVISIBLE =
-  /\u034f|[\u00ad\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufeff\uffa0\u{e0000}-\u{e007f}]/gu;
+  /\u034f|\u17b4|\u17b5|\u180b|\u180c|\u180d|\u180f|[\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufeff\uffa0\u{e0000}-\u{e007f}]/gu;
 
 /**
  * Someone's words as the server passes them on: line breaks as `\n`, invisible and
