@@ -15,6 +15,8 @@ export const QUOTE_PREFIX = '> ';
 
 /** Every line break a model, a terminal or an editor may honour: CRLF, CR, LF, VT, FF, NEL, LS, PS. */
 const LINE_BREAK = /\r\n|[\n\v\f\r\u0085\u2028\u2029]/g;
+/** The same, but `\n`: what normalising rewrites (a text of plain newlines is left as it is, at no cost). */
+const OTHER_BREAK = /\r\n?|[\v\f\u0085\u2028\u2029]/g;
 
 /**
  * Characters a reader does not see, or that reorder what it sees: zero-width spaces and
@@ -31,7 +33,7 @@ const INVISIBLE =
  * none of them starts a line.)
  */
 export function normaliseWords(text: string): string {
-  return text.replace(LINE_BREAK, '\n').replace(INVISIBLE, '');
+  return text.replace(OTHER_BREAK, '\n').replace(INVISIBLE, '');
 }
 
 /** A text's lines, split at every line break a reader may honour (what the tests read delivered texts with). */
@@ -58,8 +60,9 @@ const FRAMING_START = /^(?:(?:(?![({])\p{Ps}|[\u23a1-\u23a3])[\s*_~`'"]*)+[\p{L}
  * be mistaken for framing by a reader that is less exact than this function.
  */
 export function isServerFraming(line: string): boolean {
-  const folded = line.normalize('NFKC').replace(INVISIBLE, '').replace(LEADING, '');
-  return FRAMING_START.test(folded);
+  // Only a line's start can make it framing: fold that much (a long line costs its length once).
+  const start = line.replace(INVISIBLE, '').replace(LEADING, '').slice(0, 256);
+  return FRAMING_START.test(start.normalize('NFKC').replace(INVISIBLE, '').replace(LEADING, ''));
 }
 
 /** A name or an id as it may sit in a header: one line, no brackets or parentheses, at most 64 characters. */
@@ -83,10 +86,20 @@ export function inlineWords(text: string): string {
 
 /** Every line of the (normalised) words prefixed with `> ` (`>` for an empty one). */
 export function quoteLines(words: string): string {
-  return normaliseWords(words)
-    .split('\n')
-    .map((line) => (line.length === 0 ? QUOTE_PREFIX.trimEnd() : QUOTE_PREFIX + line))
-    .join('\n');
+  return quoteNormalised(normaliseWords(words));
+}
+
+/** `quoteLines` of words already normalised; one pass, as a 200,000-line text must not cost more than its length. */
+function quoteNormalised(text: string): string {
+  let out = '';
+  for (let start = 0; ; ) {
+    const end = text.indexOf('\n', start);
+    const line = end < 0 ? text.slice(start) : text.slice(start, end);
+    out += line.length === 0 ? QUOTE_PREFIX.trimEnd() : QUOTE_PREFIX + line;
+    if (end < 0) return out;
+    out += '\n';
+    start = end + 1;
+  }
 }
 
 /**
@@ -98,9 +111,9 @@ export function quoteLines(words: string): string {
 export function envelope(header: string, words: string, opts: { block?: boolean } = {}): string {
   const head = inlineWords(header);
   const text = normaliseWords(words);
-  if (text.trim().length === 0 && !text.includes('\n')) return head;
+  if (!text.includes('\n') && text.trim().length === 0) return head;
   if (!opts.block && !text.includes('\n') && !isServerFraming(text)) return `${head} ${text}`;
-  return `${head}\n${quoteLines(text)}`;
+  return `${head}\n${quoteNormalised(text)}`;
 }
 
 /**
@@ -110,7 +123,7 @@ export function envelope(header: string, words: string, opts: { block?: boolean 
 export function taskWords(task: string): string {
   const text = normaliseWords(task);
   if (!readerLines(text).some(isServerFraming)) return text;
-  return `Your task, as it was given to you (quoted: only Beidou writes lines that begin with a bracketed tag):\n${quoteLines(text)}`;
+  return `Your task, as it was given to you (quoted: only Beidou writes lines that begin with a bracketed tag):\n${quoteNormalised(text)}`;
 }
 
 /** The envelopes a `signal_review` report carries, as the agent writes them and the server repeats them. */
