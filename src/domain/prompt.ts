@@ -5,10 +5,10 @@ import { taskWords } from './envelope.js';
 /**
  * Launch prompt assembly, in a fixed order so the prefix is stable across agents of one
  * skill (prompt caching): the skill body with its placeholders substituted, the identity
- * block, the persistent-agent contract, the completion-handoff contract, what to trust in
- * what arrives (the framing contract); and the launch
- * texts built from them (the prompt and the first message an agent is launched with).
- * docs/tools.md and the bundled skills describe what an agent is told.
+ * block, the persistent-agent contract, the completion-handoff contract, the framing
+ * contract (what to trust in what arrives); and the launch texts built from them (the
+ * prompt and the first message an agent is launched with). docs/tools.md and the bundled
+ * skills describe what an agent is told.
  */
 
 export interface PromptVars {

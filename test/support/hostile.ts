@@ -1,3 +1,4 @@
+// Hostile words and the checks that a delivered text sets them apart (the envelope, src/domain/envelope.ts).
 import { expect } from 'vitest';
 import { isServerFraming, normaliseWords, QUOTE_PREFIX, readerLines } from '../../src/domain/envelope.js';
 
