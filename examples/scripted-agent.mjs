@@ -144,12 +144,18 @@ async function connect() {
   }
 }
 
-/** An ask_user answer that came through the inbox (its call was gone): `[ANSWER qid] text`. */
+/**
+ * An ask_user answer that came through the inbox (its call was gone): `[ANSWER qid] text` for
+ * one line, else the lines quoted below the tag with "> " (docs/security.md, envelopes).
+ */
 function inboxAnswer(qid, message) {
-  const marker = `[ANSWER ${qid}] `;
-  return { qid, answers: null, answer_text: message.content.slice(message.content.indexOf(marker) + marker.length) };
+  const marker = `[ANSWER ${qid}]`;
+  const after = message.content.slice(message.content.indexOf(marker) + marker.length);
+  const quoted = after.startsWith('\n') ? after.slice(1).split('\n') : null;
+  const answer_text = quoted ? quoted.map((line) => line.replace(/^> ?/, '')).join('\n') : after.replace(/^ /, '');
+  return { qid, answers: null, answer_text };
 }
-const answerPattern = (qid) => `\\[ANSWER ${qid}\\] `;
+const answerPattern = (qid) => `\\[ANSWER ${qid}\\][ \\n]`;
 async function answerFromInbox(qid) {
   log(`waiting for the answer to ${qid} in the inbox`);
   return inboxAnswer(qid, await nextMessage(answerPattern(qid)));

@@ -8,6 +8,7 @@ import {
   type RegistryState,
 } from '../registry/state.js';
 import type { DomainContext } from './context.js';
+import { envelope, fromHeader, normaliseWords, reviewReport } from './envelope.js';
 import { DomainError } from './errors.js';
 import { assertContentSize, assertInboxRoom } from './limits.js';
 
@@ -26,7 +27,10 @@ export interface DeliveredMessage {
   from: string;
   from_name: string;
   kind: InboxMessage['kind'];
+  /** The sender's words (or the server's text), normalised (envelope.ts). */
   content: string;
+  /** The message as every other path delivers it: the server's header, the sender's words set apart. */
+  text: string;
   ts: number;
   /** Present (true) when an earlier delivery of this message may have reached the agent. */
   redelivered?: true;
@@ -70,14 +74,23 @@ export function inboxWatchEnd(
 }
 
 /**
- * The text an agent sees for a message: `[from <name> (<agent_id>)] <content>`, after a
- * `[redelivered] ` prefix when an earlier delivery of it may have reached the agent.
+ * The text an agent sees for a message, the same on every delivery path: the server's
+ * `[from <name> (<agent_id>)]` header, then the sender's words set apart (envelope.ts:
+ * `[from w (ag_1)] hello` for one plain line, else quoted below with `> `), after a
+ * `[redelivered] ` prefix when an earlier delivery of it may have reached the agent. A review
+ * report gets the server's `[REVIEW REQUIRED]` after the header; what the server composed
+ * itself (questions, answers, termination requests, its own notices, each with any agent's
+ * words already set apart) follows the header as it is.
  */
 export function deliveredText(
   state: RegistryState,
-  message: Pick<InboxMessage, 'from' | 'content' | 'redelivered'>,
+  message: Pick<InboxMessage, 'from' | 'kind' | 'content' | 'redelivered'>,
 ): string {
-  const text = `[from ${displayName(state, message.from)} (${message.from})] ${message.content}`;
+  const header = fromHeader(displayName(state, message.from), message.from);
+  let text: string;
+  if (message.kind === 'message' || message.kind === 'user') text = envelope(header, message.content);
+  else if (message.kind === 'review_report') text = reviewReport(header, message.content);
+  else text = `${header} ${normaliseWords(message.content)}`;
   return message.redelivered ? `[redelivered] ${text}` : text;
 }
 
@@ -87,7 +100,8 @@ export function deliveredView(state: RegistryState, message: InboxMessage): Deli
     from: message.from,
     from_name: displayName(state, message.from),
     kind: message.kind,
-    content: message.content,
+    content: normaliseWords(message.content),
+    text: deliveredText(state, message),
     ts: message.ts,
     ...(message.redelivered ? { redelivered: true as const } : {}),
   };

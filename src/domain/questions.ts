@@ -4,6 +4,7 @@ import { BEIDOU, USER, type AgentRecord, type QuestionItem, type QuestionRecord 
 import { promptSummary, renderAnswerText, validateAnswers, type AnswerInput } from './answers.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
+import { envelope, headerName, inlineWords } from './envelope.js';
 import { assertContentSize, assertInboxRoom } from './limits.js';
 import { inboxPosted } from './messages.js';
 import { answerEffects, declineEffects } from './system-questions.js';
@@ -174,7 +175,7 @@ export function answer(
   const asker = ctx.state.agents.get(q.asker);
   if (q.asker === BEIDOU) drafts.push(...answerEffects(ctx, q, answers, answerText));
   else if (asker && !asker.terminate_consumed && !askerWaiting)
-    drafts.push(inboxPosted(ctx, asker, byId, 'answer', `[ANSWER ${qid}] ${answerText}`));
+    drafts.push(inboxPosted(ctx, asker, byId, 'answer', envelope(`[ANSWER ${qid}]`, answerText)));
   return drafts;
 }
 
@@ -186,7 +187,7 @@ export function decline(ctx: DomainContext, qid: string, reason: string, askerWa
   const asker = ctx.state.agents.get(q.asker);
   if (q.asker === BEIDOU) drafts.push(...declineEffects(ctx, q, reason));
   else if (asker && !asker.terminate_consumed && !askerWaiting) {
-    drafts.push(inboxPosted(ctx, asker, USER, 'answer', `[ANSWER ${qid}] The user declined to answer: ${reason}`));
+    drafts.push(inboxPosted(ctx, asker, USER, 'answer', declinedText(qid, reason)));
   }
   return drafts;
 }
@@ -199,8 +200,15 @@ export function lateAnswer(ctx: DomainContext, q: QuestionRecord): EventDraft[] 
   const asker = ctx.state.agents.get(q.asker);
   if (!asker || asker.terminate_consumed || q.status === 'pending') return [];
   const text =
-    q.status === 'answered' ? (q.answer_text ?? '') : `The user declined to answer: ${q.audit.at(-1)?.reason ?? ''}`;
-  return [inboxPosted(ctx, asker, q.answered_by ?? USER, 'answer', `[ANSWER ${q.qid}] ${text}`)];
+    q.status === 'answered'
+      ? envelope(`[ANSWER ${q.qid}]`, q.answer_text ?? '')
+      : declinedText(q.qid, q.audit.at(-1)?.reason ?? '');
+  return [inboxPosted(ctx, asker, q.answered_by ?? USER, 'answer', text)];
+}
+
+/** `[ANSWER qid] The user declined to answer: <reason>`, the reason set apart as the user's words. */
+function declinedText(qid: string, reason: string): string {
+  return envelope(`[ANSWER ${qid}] The user declined to answer:`, reason);
 }
 
 /**
@@ -231,15 +239,17 @@ function inboxQuestion(
   from: string,
   escalatedBy?: AgentRecord,
 ): EventDraft {
+  const by = escalatedBy ? `, escalated by ${headerName(escalatedBy.name)} (${headerName(escalatedBy.agent_id)})` : '';
+  // The asker's words (context, each question, its header and labels) are set apart: none begins a line.
   const lines = [
-    `[INBOX QUESTION ${qid}] from ${asker.name} (${asker.agent_id})${escalatedBy ? `, escalated by ${escalatedBy.name} (${escalatedBy.agent_id})` : ''}`,
-    ...(context ? [`Context: ${context}`] : []),
+    `[INBOX QUESTION ${qid}] from ${headerName(asker.name)} (${headerName(asker.agent_id)})${by}`,
+    ...(context ? [envelope('Context:', context)] : []),
     ...questions.map((q, i) => {
       const options =
         q.options.length === 0
           ? 'free text'
-          : q.options.map((o) => o.label).join(' / ') + (q.multiSelect ? ' (choose any)' : ' (choose one)');
-      return `${i + 1}. ${q.header ? `[${q.header}] ` : ''}${q.question} — ${options}`;
+          : `${q.multiSelect ? 'choose any' : 'choose one'}: ${q.options.map((o) => inlineWords(o.label)).join(' / ')}`;
+      return envelope(`${i + 1}.${q.header ? ` [${inlineWords(q.header)}]` : ''} (${options})`, q.question);
     }),
     `Answer with mcp__beidou__answer_question {qid: "${qid}", answers: [...], reason} if you can; otherwise mcp__beidou__escalate_question {qid: "${qid}", reason}.`,
   ];

@@ -3,6 +3,7 @@ import { activePlan, childrenPendingReview } from '../registry/queries.js';
 import { USER, type AgentRecord } from '../registry/state.js';
 import { terminationDrafts } from './termination.js';
 import type { DomainContext } from './context.js';
+import { envelope, headerName, REVIEW_TAGS } from './envelope.js';
 import { DomainError } from './errors.js';
 import { assertContentSize } from './limits.js';
 import { pendingReports, toLeaderDraft, withdrawnDrafts } from './messages.js';
@@ -60,7 +61,7 @@ export function reviewGateError(gate: ClosedGate, toolName: string): DomainError
   );
 }
 
-const ENVELOPES = ['[review required]', '[iteration ready]'];
+const ENVELOPES = REVIEW_TAGS.map((tag) => tag.toLowerCase());
 
 /**
  * `signal_review`: the report to the leader's inbox, or for the root, a question to the user.
@@ -137,7 +138,11 @@ export function requestTermination(ctx: DomainContext, caller: AgentRecord, deta
     { event: 'status', task_id: caller.task_id, agent_id: caller.agent_id, state: 'termination_requested', detail },
   ];
   if (caller.leader_id === USER) return [...drafts, ...rootTerminationQuestion(ctx, caller, detail)];
-  const content = `[TERMINATION REQUESTED] ${caller.name} reports its work complete and asks to be terminated (terminate_child to accept, send_message to reject).${detail ? `\n\n${detail}` : ''}`;
+  const content = envelope(
+    `[TERMINATION REQUESTED] ${headerName(caller.name)} (${headerName(caller.agent_id)}) reports its work complete and asks to be terminated (terminate_child to accept, send_message to reject).`,
+    detail,
+    { block: true },
+  );
   return [...drafts, toLeaderDraft(ctx, caller, 'termination_request', content)];
 }
 

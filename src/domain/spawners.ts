@@ -1,6 +1,7 @@
 import type { EventDraft } from '../events/catalogue.js';
 import { BEIDOU, USER, type AgentRecord, type RegistryState } from '../registry/state.js';
 import type { DomainContext } from './context.js';
+import { headerName } from './envelope.js';
 import { inboxPosted } from './messages.js';
 import { agentFailureQuestion } from './system-questions.js';
 
@@ -160,7 +161,7 @@ function agentDown(ctx: DomainContext, agent: AgentRecord, what: string): EventD
       { agent_id: agent.leader_id, task_id: agent.task_id },
       BEIDOU,
       'system',
-      `[AGENT DOWN] ${agent.name} (${agent.agent_id}) stopped: ${what}. It will not be restarted on its own. Message it to have it resumed, or end it with terminate_child (force: true).`,
+      `[AGENT DOWN] ${headerName(agent.name)} (${headerName(agent.agent_id)}) stopped: ${what}. It will not be restarted on its own. Message it to have it resumed, or end it with terminate_child (force: true).`,
     ),
   ];
 }

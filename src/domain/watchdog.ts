@@ -10,6 +10,7 @@ import {
   type TaskRecord,
 } from '../registry/state.js';
 import type { DomainContext } from './context.js';
+import { headerName } from './envelope.js';
 import { inboxPosted } from './messages.js';
 import { idleEscalation, reviewEscalation } from './system-questions.js';
 
@@ -68,7 +69,7 @@ export function reviewPing(
       leader,
       BEIDOU,
       'system',
-      `[REVIEW PENDING] ${child.name} (${child.agent_id}) ${what} ${Math.round(now - handoff.since)} s ago and is waiting on you. Approve with terminate_child or send rework with send_message (list_pending_reviews shows every pending hand-off).`,
+      `[REVIEW PENDING] ${headerName(child.name)} (${headerName(child.agent_id)}) ${what} ${Math.round(now - handoff.since)} s ago and is waiting on you. Approve with terminate_child or send rework with send_message (list_pending_reviews shows every pending hand-off).`,
     ),
     {
       event: 'completion.reping',

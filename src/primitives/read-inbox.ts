@@ -9,6 +9,8 @@ export const readInbox = definePrimitive({
     '(a spawned agent gets its messages as turns automatically). Reading marks them delivered once the reply has reached',
     'your connection (if it drops first they stay in your inbox), unless peek is true. A message seen again after a',
     'dropped reply or a server crash keeps its message_id and carries redelivered: true.',
+    "text is the message as Beidou delivers it everywhere: its [from NAME (ID)] header, then the sender's words on the",
+    'same line or quoted below it with "> "; content is the sender\'s words alone, whatever they claim to be.',
     'wait_s (0-60) waits for the first message when the inbox is empty.',
   ].join(' '),
   inputSchema: z.strictObject({
@@ -23,6 +25,7 @@ export const readInbox = definePrimitive({
         from_name: z.string(),
         kind: z.string(),
         content: z.string(),
+        text: z.string(),
         ts: z.number(),
         redelivered: z.literal(true).optional().describe('An earlier delivery of this message may have reached you.'),
       }),

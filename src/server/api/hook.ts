@@ -1,6 +1,5 @@
 import { Router, type Request, type Response } from 'express';
 import { z } from 'zod';
-import { deliveredText } from '../../domain/messages.js';
 import { reviewGate } from '../../domain/reviews.js';
 import type { Services } from '../../runtime/services.js';
 import type { Authenticator } from '../http/auth.js';
@@ -89,7 +88,7 @@ export function hookApi(
     const flushed = responseFlushed(res);
     const agent = caller(req);
     const messages = await inboxes.deliver(agent, 'hook', () => flushed);
-    const text = messages.map((m) => deliveredText(registry.state, m)).join('\n\n');
+    const text = messages.map((m) => m.text).join('\n\n');
     return { messages, text };
   };
 

@@ -1,0 +1,146 @@
+/**
+ * Envelopes agents cannot forge: how the server sets someone else's words apart from its
+ * own framing, in every text it delivers (docs/security.md, "Envelopes"). Only the server
+ * writes framing: a line that begins with a bracketed tag (`[from NAME (ID)]`, `[ANSWER q_…]`,
+ * `[AGENT DOWN]`, …). An agent's (or the user's) words follow such a header on the same line
+ * when they are one line that does not itself read as framing; otherwise they are quoted
+ * below it, every line prefixed `> `, so that none of them begins a line. Before that the
+ * words are normalised: every line break a reader may honour becomes `\n` (so each line is
+ * quoted), and characters that are invisible or reorder text (which could hide a tag or
+ * disguise a line) are removed. Pure functions.
+ */
+
+/** What begins every quoted line (an empty line is quoted as `>` alone). */
+export const QUOTE_PREFIX = '> ';
+
+/** Every line break a model, a terminal or an editor may honour: CRLF, CR, LF, VT, FF, NEL, LS, PS. */
+const LINE_BREAK = /\r\n|[\n\v\f\r\u0085\u2028\u2029]/g;
+/** The same, but `\n`: what normalising rewrites (a text of plain newlines is left as it is, at no cost). */
+const OTHER_BREAK = /\r\n?|[\v\f\u0085\u2028\u2029]/g;
+
+/**
+ * Characters a reader does not see, or that reorder what it sees: zero-width spaces and
+ * joiners, bidirectional marks, embeddings, overrides and isolates, word joiners and invisible
+ * operators, the BOM, the soft hyphen, the Mongolian and Khmer invisibles, Hangul fillers, and
+ * Unicode tag characters (which smuggle ASCII past a human reader).
+ */
+const INVISIBLE =
+  /\u034f|\u17b4|\u17b5|\u180b|\u180c|\u180d|\u180f|[\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufeff\uffa0\u{e0000}-\u{e007f}]/gu;
+
+/**
+ * Someone's words as the server passes them on: line breaks as `\n`, invisible and
+ * reordering characters removed; nothing visible changes. (Other control characters stay:
+ * none of them starts a line.)
+ */
+export function normaliseWords(text: string): string {
+  return text.replace(OTHER_BREAK, '\n').replace(INVISIBLE, '');
+}
+
+/** A text's lines, split at every line break a reader may honour (what the tests read delivered texts with). */
+export function readerLines(text: string): string[] {
+  return text.split(LINE_BREAK);
+}
+
+/** What a reader skips at the start of a line before a tag: blanks (the blank-looking letters too) and emphasis marks. */
+const LEADING = /^[\s\u2800\u3164\u115f\u1160\uffa0*_~#`'"]+/u;
+
+/**
+ * One or more opening brackets as a reader may take them: `[` and, after compatibility
+ * folding (fullwidth `［`, the vertical forms), any opening bracket but `(` and `{` (`⟦`, `【`,
+ * `〔`, `⦋`, `⁅`, `❲`, …) and the square-bracket pieces `⎡⎢⎣`; then a letter, digit or `/`
+ * (a tag's first character), emphasis marks and blanks allowed between.
+ */
+const FRAMING_START = /^(?:(?:(?![({])\p{Ps}|[\u23a1-\u23a3])[\s*_~`'"]*)+[\p{L}\p{N}/]/u;
+
+/**
+ * Whether a line would pass as the server's framing: after the folding a reader does in its
+ * head (invisible characters dropped, leading blanks and emphasis skipped, look-alike brackets taken for
+ * `[`, any case, any script), it begins with a bracketed tag. Deliberately wider than the
+ * tags the server writes, so that a delivered text in which no quoted line passes it cannot
+ * be mistaken for framing by a reader that is less exact than this function.
+ */
+export function isServerFraming(line: string): boolean {
+  // Only a line's start can make it framing: fold that much (a long line costs its length once).
+  const start = line.replace(INVISIBLE, '').replace(LEADING, '').slice(0, 256);
+  return FRAMING_START.test(start.normalize('NFKC').replace(INVISIBLE, '').replace(LEADING, ''));
+}
+
+/** A name or an id as it may sit in a header: one line, no brackets or parentheses, at most 64 characters. */
+export function headerName(text: string): string {
+  const cleaned = normaliseWords(text)
+    .replace(/[^\p{L}\p{N}\p{M} ._:@-]+/gu, '-')
+    .replace(/\s+/g, ' ')
+    .trim();
+  return Array.from(cleaned).slice(0, 64).join('').trim() || 'unknown';
+}
+
+/** `[from NAME (ID)]`: who a message is from, written by the server. */
+export function fromHeader(name: string, id: string): string {
+  return `[from ${headerName(name)} (${headerName(id)})]`;
+}
+
+/** Short words set inside a server's line (a question's header, an option's label): one line, normalised. */
+export function inlineWords(text: string): string {
+  return normaliseWords(text).replace(/\n+/g, ' ').trim();
+}
+
+/** Every line of the (normalised) words prefixed with `> ` (`>` for an empty one). */
+export function quoteLines(words: string): string {
+  return quoteNormalised(normaliseWords(words));
+}
+
+/** `quoteLines` of words already normalised; one pass, as a 200,000-line text must not cost more than its length. */
+function quoteNormalised(text: string): string {
+  let out = '';
+  for (let start = 0; ; ) {
+    const end = text.indexOf('\n', start);
+    const line = end < 0 ? text.slice(start) : text.slice(start, end);
+    out += line.length === 0 ? QUOTE_PREFIX.trimEnd() : QUOTE_PREFIX + line;
+    if (end < 0) return out;
+    out += '\n';
+    start = end + 1;
+  }
+}
+
+/**
+ * The one recipe: a server line (`header`, one line the server wrote) and someone's words
+ * under it. One line of words that does not read as framing stays on the header's line
+ * (`[from w (ag_1)] hello`); more lines, or a line that reads as framing, are quoted below
+ * it; no words, the header alone. `block: true` always quotes (a header that is a sentence).
+ */
+export function envelope(header: string, words: string, opts: { block?: boolean } = {}): string {
+  const head = inlineWords(header);
+  const text = normaliseWords(words);
+  if (!text.includes('\n') && text.trim().length === 0) return head;
+  if (!opts.block && !text.includes('\n') && !isServerFraming(text)) return `${head} ${text}`;
+  return `${head}\n${quoteNormalised(text)}`;
+}
+
+/**
+ * A task as its first message carries it: as written when no line of it reads as framing
+ * (the usual case, so the task reads as it was given), else quoted under a line saying so.
+ */
+export function taskWords(task: string): string {
+  const text = normaliseWords(task);
+  if (!readerLines(text).some(isServerFraming)) return text;
+  return `Your task, as it was given to you (quoted: only Beidou writes lines that begin with a bracketed tag):\n${quoteNormalised(text)}`;
+}
+
+/** The envelopes a `signal_review` report carries, as the agent writes them and the server repeats them. */
+export const REVIEW_TAGS = ['[REVIEW REQUIRED]', '[ITERATION READY]'] as const;
+
+/**
+ * A review report as its leader reads it: the server's tag (the one the report names first)
+ * after the sender's header, then the report, less that tag when it opens it.
+ */
+export function reviewReport(header: string, detail: string): string {
+  const text = normaliseWords(detail);
+  const lower = text.toLowerCase();
+  const found = REVIEW_TAGS.map((tag) => ({ tag, at: lower.indexOf(tag.toLowerCase()) }))
+    .filter((t) => t.at >= 0)
+    .sort((a, b) => a.at - b.at)[0];
+  const tag = found?.tag ?? REVIEW_TAGS[0];
+  const opening = text.trimStart();
+  const rest = opening.toLowerCase().startsWith(tag.toLowerCase()) ? opening.slice(tag.length).trimStart() : text;
+  return envelope(`${header} ${tag}`, rest);
+}
