@@ -1,6 +1,6 @@
 import { existsSync, lstatSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
-import type { Hidden, SandboxBind, SandboxMounts } from './sandbox.js';
+import type { Mount, SandboxBind, SandboxMounts } from './sandbox.js';
 
 /**
  * What the sandbox hides and shows, looked up on the disk at each agent start (a home
@@ -72,20 +72,14 @@ export interface AgentPlaces {
   credentials: SandboxBind[];
 }
 
-/** The path itself and, when it is a symlink, where it leads: both are hidden. */
-function lookup(p: string): Hidden[] {
-  let st: ReturnType<typeof lstatSync>;
+/** The hide of `p` if it exists (of where it leads, for a symlink; a dangling one shows nothing). */
+function hideOf(p: string): Mount[] {
   try {
-    st = lstatSync(p);
+    const st = lstatSync(p);
+    const target = st.isSymbolicLink() ? realpathSync(p) : p;
+    return [{ path: target, kind: 'hide', file: !statSync(target).isDirectory() }];
   } catch {
     return [];
-  }
-  if (!st.isSymbolicLink()) return [{ path: p, kind: st.isDirectory() ? 'dir' : 'file' }];
-  try {
-    const real = realpathSync(p);
-    return [{ path: real, kind: statSync(real).isDirectory() ? 'dir' : 'file' }];
-  } catch {
-    return []; // a dangling link shows nothing
   }
 }
 
@@ -95,11 +89,6 @@ const real = (p: string) => {
   } catch {
     return path.resolve(p);
   }
-};
-
-const inside = (child: string, parent: string) => {
-  const rel = path.relative(parent, child);
-  return rel !== '' && !rel.startsWith('..') && !path.isAbsolute(rel);
 };
 
 /**
@@ -138,17 +127,17 @@ const PRIVATE_DIRS = ['/tmp', '/var/tmp', '/run/user'];
 
 /** The mounts of one agent process under `policy`, looked up now. */
 export function resolveMounts(policy: SandboxPolicy, agent: AgentPlaces): SandboxMounts {
-  const privateDirs = PRIVATE_DIRS.filter((d) => lookup(d)[0]?.kind === 'dir');
-  const hide = policy.hide.flatMap(lookup);
-  const workspaces = agent.workspaces.filter((w) => existsSync(w)).map(real);
-  const rehide = hide.filter((h) => workspaces.some((w) => inside(h.path, w)));
   const cwd = real(agent.cwd);
-  const binds: SandboxBind[] = [
-    { path: cwd, readOnly: false },
-    ...[...new Set([...workspaces, cwd])].flatMap(gitBinds),
-    ...agent.credentials.filter((c) => existsSync(c.path)).map((c) => ({ ...c, path: real(c.path) })),
-    ...policy.binds.map((b) => ({ ...b, path: real(b.path) })),
-    { path: real(agent.launchDir), readOnly: true },
+  const workspaces = [...new Set([...agent.workspaces.filter((w) => existsSync(w)).map(real), cwd])];
+  const bind = (b: SandboxBind): Mount => ({ path: real(b.path), kind: b.readOnly ? 'ro' : 'rw' });
+  const mounts: Mount[] = [
+    ...PRIVATE_DIRS.flatMap(hideOf).filter((m) => !m.file),
+    ...policy.hide.flatMap(hideOf),
+    ...workspaces.map((w) => bind({ path: w, readOnly: false })),
+    ...workspaces.flatMap(gitBinds).map(bind),
+    ...agent.credentials.filter((c) => existsSync(c.path)).map(bind),
+    ...policy.binds.map(bind),
+    bind({ path: agent.launchDir, readOnly: true }),
   ];
-  return { privateDirs, hide, workspaces, rehide, binds, cwd };
+  return { mounts, cwd };
 }

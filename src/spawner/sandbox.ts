@@ -22,29 +22,27 @@ export interface SandboxBind {
 
 /** What one agent process is given, every path absolute and existing (sandbox-paths.ts resolves them). */
 export interface SandboxMounts {
-  /** Folders with an empty tmpfs of their own (/tmp, /var/tmp, /run/user). */
-  privateDirs: string[];
-  /** Hidden: a folder gets an empty tmpfs over it, a file /dev/null. */
-  hide: Hidden[];
-  /** The workspaces, read-write: the agent's own, or its task's shared one holding it. */
-  workspaces: string[];
-  /** Hidden again: hidden paths inside a workspace (a workspace of `~` must not show `~/.beidou`). */
-  rehide: Hidden[];
-  /** Put back last: its own folder, git, credentials, `--sandbox-bind`, the launch folder (read-only). */
-  binds: SandboxBind[];
+  /**
+   * Over the read-only root: `hide` puts an empty tmpfs over a folder (/dev/null over a file),
+   * `rw` and `ro` bind a path back. The most specific path wins (a workspace under the hidden
+   * server home shows; the server home inside a workspace of `~` stays hidden); on the same
+   * path a bind wins over a hide (Claude Code's folder, hidden from every other runtime).
+   */
+  mounts: Mount[];
   cwd: string;
 }
 
-export interface Hidden {
+export interface Mount {
   path: string;
-  kind: 'dir' | 'file';
+  kind: 'hide' | 'rw' | 'ro';
+  /** For a hide: a folder gets a tmpfs, a file /dev/null. */
+  file?: boolean;
 }
 
 /**
- * The bwrap arguments running `command` in `mounts`, in layers: the read-only root and the
- * private folders, the hidden paths, the workspaces, what they must not show, then the
- * binds, shallowest first so a read-only bind inside a read-write one (a repository's
- * hooks, `--sandbox-bind DIR:ro` in a workspace) stays read-only.
+ * The bwrap arguments running `command` in `mounts`: the read-only root, a fresh /dev and a
+ * /proc of its own PID namespace, then the mounts shallowest first (hides before binds on the
+ * same path), so each lands over what it is inside of.
  *
  * No `--new-session`: the spawner starts bwrap in a session and process group of its own with
  * no terminal (so no TIOCSTI), and its kill of the group must reach every process inside.
@@ -55,14 +53,11 @@ export interface Hidden {
 export function bwrapArgs(mounts: SandboxMounts, command: string[]): string[] {
   const args = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--cap-drop', 'ALL'];
   args.push('--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc');
-  for (const dir of mounts.privateDirs) args.push('--tmpfs', dir);
-  const hide = (h: Hidden) =>
-    h.kind === 'dir' ? args.push('--tmpfs', h.path) : args.push('--ro-bind', '/dev/null', h.path);
-  mounts.hide.forEach(hide);
-  for (const w of mounts.workspaces) args.push('--bind', w, w);
-  mounts.rehide.forEach(hide);
-  const binds = [...mounts.binds].sort((a, b) => depth(a.path) - depth(b.path));
-  for (const b of binds) args.push(b.readOnly ? '--ro-bind' : '--bind', b.path, b.path);
+  const order = (m: Mount) => depth(m.path) * 2 + (m.kind === 'hide' ? 0 : 1);
+  for (const m of [...mounts.mounts].sort((a, b) => order(a) - order(b))) {
+    if (m.kind === 'hide') args.push(...(m.file ? ['--ro-bind', '/dev/null', m.path] : ['--tmpfs', m.path]));
+    else args.push(m.kind === 'ro' ? '--ro-bind' : '--bind', m.path, m.path);
+  }
   args.push('--chdir', mounts.cwd, '--', ...command);
   return args;
 }
