@@ -67,8 +67,6 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   }
   if (opts.token && opts.tokenFile) throw new CliError('give --token or --token-file, not both', 2);
   const fileToken = opts.tokenFile ? readTokenFile(opts.tokenFile) : null;
-  // Before anything starts: a sandbox that cannot run refuses the start (spawner-sandbox.ts).
-  const sandbox: SandboxChoice = resolveSandbox(opts);
   let claude: { bin: string } | null = null;
   if (opts.adapter === 'command') {
     if (!opts.command) throw new CliError('--adapter command needs --command "CMD"', 2);
@@ -84,6 +82,8 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   } else {
     throw new CliError(`--adapter must be claude or command (got "${opts.adapter}")`, 2);
   }
+  // Before anything starts: a sandbox that cannot run refuses the start (spawner-sandbox.ts).
+  const sandbox: SandboxChoice = resolveSandbox(opts);
   const spoolDir = path.resolve(opts.spoolDir ?? process.env.BEIDOU_SPOOL_DIR ?? defaultSpoolDir(opts.name));
   let spool: Spool;
   try {
