@@ -74,7 +74,7 @@ interface Report {
  * minting its own token into its spool folder. A leader (the scripted agent) spawns a
  * sibling, which the test gives a canary file, then the prober.
  */
-async function probe(sandboxArgs: string[]) {
+async function probe(sandboxArgs: string[], opts: { tokenFile?: boolean } = {}) {
   const outside = mkdtempSync(path.join(os.homedir(), '.beidou-sandbox-test-'));
   dirs.push(outside);
   const home = path.join(outside, 'home');
@@ -111,6 +111,13 @@ async function probe(sandboxArgs: string[]) {
     db: `canary-database-password-${process.pid}`,
     sibling: `canary-sibling-notes-${process.pid}`,
   };
+  // The spawner's token: minted by the spawner into its spool folder, or handed to it in a file.
+  const tokenFile = path.join(outside, 'spawner.token');
+  const tokenArgs: string[] = [];
+  if (opts.tokenFile) {
+    writeFileSync(tokenFile, `${(await ts.api('POST', '/spawner-tokens', {})).body.token}\n`, { mode: 0o600 });
+    tokenArgs.push('--token-file', tokenFile);
+  }
   const command = `case "$BEIDOU_AGENT_NAME" in prober-*) exec "${process.execPath}" "${HOSTILE_AGENT}" ;; *) exec "${process.execPath}" "${SCRIPTED_AGENT}" ;; esac`;
   const spawner = run(
     [
@@ -131,6 +138,7 @@ async function probe(sandboxArgs: string[]) {
       'SANDBOX_TARGETS',
       '--sandbox-bind',
       `${shown}:ro`,
+      ...tokenArgs,
       ...sandboxArgs,
     ],
     {
@@ -163,7 +171,7 @@ async function probe(sandboxArgs: string[]) {
   const secrets = {
     secret: readFileSync(path.join(home, 'secret'), 'utf8').trim(),
     adminToken: readFileSync(path.join(home, 'admin.token'), 'utf8').trim(),
-    spoolToken: readFileSync(path.join(spoolDir, 'token'), 'utf8').trim(),
+    spoolToken: readFileSync(opts.tokenFile ? tokenFile : path.join(spoolDir, 'token'), 'utf8').trim(),
   };
   writeFileSync(
     targetsFile,
@@ -173,6 +181,7 @@ async function probe(sandboxArgs: string[]) {
         { label: "the server's secret", path: path.join(home, 'secret') },
         { label: "the server's admin token", path: path.join(home, 'admin.token') },
         { label: "the spool folder's token", path: path.join(spoolDir, 'token') },
+        { label: "the spawner's token file", path: tokenFile },
         { label: "a sibling's workspace file", path: siblingFile },
       ],
       dirs: [{ label: "other agents' launch files", path: launchRoot() }],
@@ -193,7 +202,8 @@ async function probe(sandboxArgs: string[]) {
   const content = delivered.content as string;
   const report = JSON.parse(content.slice(content.indexOf('{'))) as Report;
   const leaks = [...Object.values(canary), ...Object.values(secrets)].filter((c) => content.includes(c));
-  return { report, content, leaks, spawner, secrets, task };
+  const commandLine = readFileSync(`/proc/${spawner.child.pid}/cmdline`, 'utf8');
+  return { report, content, leaks, spawner, secrets, task, commandLine };
 }
 
 describe('the sandbox keeps a hostile agent from the keys', () => {
@@ -216,6 +226,15 @@ describe('the sandbox keeps a hostile agent from the keys', () => {
       expect(tried).toContain(label);
     expect(spawner.stdout()).toMatch(/sandbox bwrap\)$/m);
     expect(spawner.log().filter((l) => /--sandbox none|no sandbox/.test(String(l.msg)))).toEqual([]);
+  }, 90_000);
+
+  it("with --token-file the spawner serves with the file's token, which no command line shows and no agent reads", async () => {
+    const { report, leaks, secrets, commandLine } = await probe([], { tokenFile: true });
+    expect(commandLine).not.toContain(secrets.spoolToken);
+    expect(commandLine).toContain('--token-file');
+    expect(report.read).toEqual([]);
+    expect(leaks).toEqual([]);
+    expect(report.refused.map((r) => r.label)).toContain("the spawner's token file");
   }, 90_000);
 
   it('with --sandbox none the same agent reads them all (only the allowlist still holds), and the spawner said so at start in one line', async () => {
