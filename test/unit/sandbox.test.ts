@@ -23,7 +23,7 @@ import { gitBinds, resolveMounts } from '../../src/spawner/sandbox-paths.js';
  * The sandbox's parts on their own: the environment allowlist, the private launch folders
  * (on the real file system: a symlink, another owner, a wide mode), and bwrap itself running
  * a real git in a worktree whose hooks it must not change. The hostile agents through a real
- * spawner are in test/integration/sandbox.test.ts and test/claude-code/sandbox.test.ts.
+ * spawner are in test/embedded/sandbox.test.ts and test/claude-code/sandbox.test.ts.
  */
 
 const dirs: string[] = [];

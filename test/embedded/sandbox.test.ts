@@ -10,7 +10,8 @@ import { CLI, SCRIPTED_AGENT } from '../support/process.js';
 import { startTestServer, type TestServer } from '../support/server.js';
 
 /**
- * Agents are untrusted (docs/security.md): a hostile agent run by a real `beidou spawner`
+ * Agents are untrusted (docs/security.md): on the README's deployment (the embedded store,
+ * whose keys are files of the server's home, with the spawner beside it) a hostile agent run by a real `beidou spawner`
  * (dist/, a child process) with the command adapter tries to read the server's keys, the
  * spool's token, a sibling's workspace, other agents' launch files, other processes'
  * environments and the spawner's own variables, and reports what it got to its leader over
