@@ -62,11 +62,11 @@ export class AgentLauncher {
       passEnv: this.opts.passEnv,
       set: { ...req.env.set, ...(this.opts.sandbox ? { TMPDIR: SANDBOX_TMP } : {}) },
     });
-    const [file, ...args] = this.opts.sandbox
-      ? [this.opts.sandbox.bin, ...bwrapArgs(this.mounts(req), req.command)]
-      : req.command;
     let child: ChildProcessWithoutNullStreams;
     try {
+      const [file, ...args] = this.opts.sandbox
+        ? [this.opts.sandbox.bin, ...bwrapArgs(this.mounts(req), req.command)]
+        : req.command;
       child = spawn(file!, args, { cwd: req.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
     } catch (err) {
       req.dir.remove();
