@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // A scripted agent for the spawner's `command` adapter: a real process that speaks MCP over
 // HTTP to Beidou, following a small JSON script. The demo and the tests use it in place of
-// an LLM. Usage (by the spawner): BEIDOU_SCRIPT=/path/script.json node scripted-agent.mjs
+// an LLM. Usage (by the spawner): BEIDOU_SCRIPT=/path/script.json node scripted-agent.mjs,
+// with `--pass-env BEIDOU_SCRIPT` (and the script's folder shown with `--sandbox-bind DIR:ro`
+// when the sandbox would hide it): agents get only the environment the spawner allows.
 //
 // The script maps a role (the agent's name without its 4-character suffix; "root" for the
 // root) to a list of steps:
@@ -50,7 +52,9 @@ const journal =
     ? JSON.parse(readFileSync(JOURNAL, 'utf8'))
     : { step: 0, saved: {}, inbox: [], pending: null };
 const saved = journal.saved;
-saved.env = { agent_id: env.BEIDOU_AGENT_ID, task_id: env.BEIDOU_TASK_ID, task: env.BEIDOU_TASK };
+// The task is in a file of the launch folder (the variable only holds one that fits, up to 64 KiB).
+const task = env.BEIDOU_TASK_FILE ? readFileSync(env.BEIDOU_TASK_FILE, 'utf8') : env.BEIDOU_TASK;
+saved.env = { agent_id: env.BEIDOU_AGENT_ID, task_id: env.BEIDOU_TASK_ID, task };
 const inbox = journal.inbox;
 let ignoreTerminate = false;
 

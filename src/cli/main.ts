@@ -222,14 +222,25 @@ program
   .description('launch and supervise agent processes for a server')
   .option('--server <url>', 'the server base URL (BEIDOU_SERVER, default http://127.0.0.1:7777)')
   .option('--token <token>', 'a spawner token (BEIDOU_SPAWNER_TOKEN; default: mint one with the admin token of --home)')
-  .option('--home <dir>', 'where admin.token is, to mint a token (BEIDOU_HOME, default ~/.beidou)')
+  .option('--token-file <file>', 'read the spawner token from this file (argv is visible to every local user)')
+  .option('--home <dir>', 'where admin.token is, to mint a token (BEIDOU_HOME, default ~/.beidou); hidden from agents')
   .option('--adapter <name>', 'claude or command', 'claude')
   .option('--command <cmd>', 'the command line the command adapter runs for each agent')
   .option('--max-agents <n>', 'agents this spawner runs at most', '16')
   .option('--workdir <dir>', 'run agents in DIR/<task_id>/<agent_id> instead of their workspace paths')
   .option('--name <name>', 'a display name for this spawner')
   .option('--permission-mode <mode>', 'Claude Code permission mode for agents', 'bypassPermissions')
-  .option('--sandbox', 'set IS_SANDBOX=1 for Claude Code (needed for bypassPermissions as root)')
+  .option('--sandbox <mode>', 'bwrap (default on Linux: each agent in a bubblewrap sandbox) or none')
+  .option(
+    '--sandbox-bind <dir>',
+    'show DIR to agents in the sandbox, read-write; DIR:ro read-only (repeatable)',
+    (v: string, prev: string[] = []) => [...prev, v],
+  )
+  .option(
+    '--pass-env <name>',
+    "pass this variable of the spawner's environment to agents; PREFIX* for several (repeatable)",
+    (v: string, prev: string[] = []) => [...prev, v],
+  )
   .option('--claude-bin <path>', 'the Claude Code binary (BEIDOU_CLAUDE_BIN, default claude on PATH)')
   .option('--skip-preflight', 'start without checking that Claude Code runs and has credentials')
   .option('--log-format <format>', 'json or pretty (BEIDOU_LOG_FORMAT; default pretty on a terminal, else json)')

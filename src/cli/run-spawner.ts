@@ -3,10 +3,13 @@ import path from 'node:path';
 import { createLogger, resolveLogFormat, type Logger } from '../util/logger.js';
 import { commandAdapter } from '../spawner/adapters/command.js';
 import type { Adapter } from '../spawner/adapter.js';
+import { AgentLauncher } from '../spawner/agent-launcher.js';
+import { LaunchFiles, LaunchFolderError } from '../spawner/launch-files.js';
 import { Spawner } from '../spawner/spawner.js';
 import { Spool } from '../spawner/spool.js';
 import { newInstanceId, savedToken, saveToken, SpoolBusy } from '../spawner/spool-folder.js';
 import { api, CliError } from './client.js';
+import { readTokenFile, resolveSandbox, sandboxPolicy, type SandboxChoice } from './spawner-sandbox.js';
 
 export interface SpawnerCliOptions {
   server?: string;
@@ -18,7 +21,10 @@ export interface SpawnerCliOptions {
   workdir?: string;
   name?: string;
   permissionMode: string;
-  sandbox?: boolean;
+  tokenFile?: string;
+  sandbox?: string;
+  sandboxBind?: string[];
+  passEnv?: string[];
   claudeBin?: string;
   skipPreflight?: boolean;
   logFormat?: string;
@@ -36,10 +42,12 @@ export function parseBackoff(text: string): number[] {
   return steps;
 }
 
+/** Where every spawner of this user keeps its spool dir unless told otherwise. */
+export const spoolRoot = () => process.env.BEIDOU_SPAWNER_HOME || path.join(os.homedir(), '.beidou-spawner');
+
 /** The spool dir when none is given: the spawner's own folder, one per --name. */
 export function defaultSpoolDir(name: string | undefined): string {
-  const base = process.env.BEIDOU_SPAWNER_HOME || path.join(os.homedir(), '.beidou-spawner');
-  return path.join(base, (name ?? 'default').replace(/[^A-Za-z0-9._-]/g, '_'));
+  return path.join(spoolRoot(), (name ?? 'default').replace(/[^A-Za-z0-9._-]/g, '_'));
 }
 
 /** `beidou spawner --server URL [--token T] [--adapter claude|command] ...` */
@@ -57,22 +65,11 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   } catch (err) {
     throw new CliError((err as Error).message, 2);
   }
-  let adapter: Adapter;
+  if (opts.token && opts.tokenFile) throw new CliError('give --token or --token-file, not both', 2);
+  const fileToken = opts.tokenFile ? readTokenFile(opts.tokenFile) : null;
+  let claude: { bin: string } | null = null;
   if (opts.adapter === 'command') {
     if (!opts.command) throw new CliError('--adapter command needs --command "CMD"', 2);
-    adapter = commandAdapter(opts.command, {
-      line: (agentId, line) => logger.info({ agent: agentId }, line),
-      invalid: (agentId, line, problem) =>
-        logger.error(
-          { agent: agentId, line },
-          `agent ${agentId} printed an event the server would refuse, not posted: ${problem}`,
-        ),
-      cut: (agentId, bytes, kept) =>
-        logger.warn(
-          { agent: agentId, bytes, kept },
-          `agent ${agentId} printed a line of ${bytes} bytes; only its first ${kept} bytes were read (the limit of a line)`,
-        ),
-    });
   } else if (opts.adapter === 'claude') {
     const bin = opts.claudeBin ?? process.env.BEIDOU_CLAUDE_BIN ?? 'claude';
     if (!opts.skipPreflight) {
@@ -81,16 +78,12 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
       if (!check.ok) throw new CliError(check.problem, 2);
       process.stdout.write(`preflight: ${bin} ${check.version}; credentials: ${check.credentials}\n`);
     }
-    const { claudeAdapter } = await import('../spawner/adapters/claude.js');
-    adapter = claudeAdapter({
-      bin,
-      permissionMode: opts.permissionMode,
-      sandbox: Boolean(opts.sandbox),
-      logger,
-    });
+    claude = { bin };
   } else {
     throw new CliError(`--adapter must be claude or command (got "${opts.adapter}")`, 2);
   }
+  // Before anything starts: a sandbox that cannot run refuses the start (spawner-sandbox.ts).
+  const sandbox: SandboxChoice = resolveSandbox(opts);
   const spoolDir = path.resolve(opts.spoolDir ?? process.env.BEIDOU_SPOOL_DIR ?? defaultSpoolDir(opts.name));
   let spool: Spool;
   try {
@@ -103,9 +96,59 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
     if (err instanceof SpoolBusy) throw new CliError(err.message, 2);
     throw err;
   }
+  let launchFiles: LaunchFiles;
+  try {
+    launchFiles = LaunchFiles.open(spool.instance);
+  } catch (err) {
+    await spool.close();
+    if (err instanceof LaunchFolderError) throw new CliError(err.message, 2);
+    throw err;
+  }
+  const workdir = opts.workdir ? path.resolve(opts.workdir) : null;
+  const launcher = new AgentLauncher({
+    sandbox:
+      sandbox.mode === 'bwrap'
+        ? {
+            bin: sandbox.bin,
+            policy: sandboxPolicy(sandbox, {
+              home: opts.home,
+              spoolDirs: [spoolRoot(), spoolDir],
+              launchRoot: launchFiles.root,
+              workdir,
+              tokenFile: opts.tokenFile ?? null,
+            }),
+          }
+        : null,
+    passEnv: sandbox.passEnv,
+    launchFiles,
+  });
+  let adapter: Adapter;
+  if (claude) {
+    const { claudeAdapter } = await import('../spawner/adapters/claude.js');
+    adapter = claudeAdapter({ bin: claude.bin, permissionMode: opts.permissionMode, launcher, logger });
+  } else {
+    adapter = commandAdapter(
+      opts.command!,
+      {
+        line: (agentId, line) => logger.info({ agent: agentId }, line),
+        invalid: (agentId, line, problem) =>
+          logger.error(
+            { agent: agentId, line },
+            `agent ${agentId} printed an event the server would refuse, not posted: ${problem}`,
+          ),
+        cut: (agentId, bytes, kept) =>
+          logger.warn(
+            { agent: agentId, bytes, kept },
+            `agent ${agentId} printed a line of ${bytes} bytes; only its first ${kept} bytes were read (the limit of a line)`,
+          ),
+      },
+      launcher,
+    );
+  }
+  if (sandbox.mode === 'none') logger.warn({ sandbox: 'none' }, sandbox.warning);
   // Without --token, a spawner on the server's own machine mints one with the admin token,
   // and keeps it in its spool dir: its identity (and the agents it runs) survive a restart.
-  let token = opts.token ?? process.env.BEIDOU_SPAWNER_TOKEN ?? usableToken(savedToken(spoolDir));
+  let token = opts.token ?? fileToken ?? process.env.BEIDOU_SPAWNER_TOKEN ?? usableToken(savedToken(spoolDir));
   if (!token) {
     token = (
       await api<{ token: string }>(
@@ -123,7 +166,7 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
     adapter,
     maxAgents,
     name: opts.name ?? `${os.hostname()}:${process.pid}`,
-    workdir: opts.workdir ? path.resolve(opts.workdir) : null,
+    workdir,
     logger,
     spool,
     restartBackoffS,
@@ -131,12 +174,13 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
   instance.onHello = () => logger.info({ server: serverUrl, adapter: adapter.name, maxAgents }, 'spawner connected');
   const stop = () => {
     instance.stop();
+    launchFiles.close();
     void spool.close().finally(() => setTimeout(() => process.exit(0), 200).unref());
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   process.stdout.write(
-    `beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents; spool ${spoolDir})\n`,
+    `beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents; spool ${spoolDir}; sandbox ${sandbox.mode})\n`,
   );
   await instance.run();
 }

@@ -107,6 +107,13 @@ export function startSpawnerProcess(
       workdir,
       '--spool-dir',
       path.join(path.dirname(workdir), 'spools', `spawner-${++spawnersStarted}`),
+      // In the sandbox an agent gets only the variables named, and sees the script only if shown it.
+      '--pass-env',
+      'BEIDOU_SCRIPT',
+      '--pass-env',
+      'BEIDOU_SCRIPT_DELAY_MS',
+      '--sandbox-bind',
+      `${scriptFile}:ro`,
     ],
     {
       env: { ...process.env, BEIDOU_SCRIPT: scriptFile, BEIDOU_LOG_LEVEL: 'warn', ...env },

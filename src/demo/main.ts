@@ -66,6 +66,11 @@ export async function runDemo(
       path.join(home, 'agents'),
       '--spool-dir',
       path.join(home, 'spool'),
+      // Agents get only the variables the spawner allows: the script's are named.
+      '--pass-env',
+      'BEIDOU_SCRIPT',
+      '--pass-env',
+      'BEIDOU_SCRIPT_DELAY_MS',
     ],
     {
       env: {

@@ -62,6 +62,11 @@ async function main(): Promise<void> {
       path.join(home, 'agents'),
       '--spool-dir',
       path.join(home, 'spool'),
+      // Agents get only the variables the spawner allows: the script's are named.
+      '--pass-env',
+      'BEIDOU_SCRIPT',
+      '--pass-env',
+      'BEIDOU_SCRIPT_DELAY_MS',
     ],
     {
       env: {

@@ -71,6 +71,13 @@ export function exitFailure(
     .map((l) => l.trim())
     .filter((l) => l.length > 0);
   const last = lines.at(-1) ?? '';
+  // In the sandbox bwrap itself runs the binary, and says so when it cannot.
+  const sandboxed = /^bwrap: execvp (.+): (No such file or directory|Permission denied)$/.exec(last);
+  if (sandboxed)
+    return {
+      reason: 'binary_missing',
+      msg: `cannot run ${sandboxed[1]} (${sandboxed[2]}); install it or point the spawner at it`,
+    };
   if (exit.code === 127 && /not found|No such file/i.test(last))
     return { reason: 'binary_missing', msg: `command not found: ${last}` };
   const how = exit.signal ? `was killed by ${exit.signal}` : `exited with code ${exit.code}`;
@@ -163,15 +170,4 @@ export function wrapChild(
       failure = f;
     },
   };
-}
-
-/**
- * The environment an agent process inherits: the spawner's own minus its secrets. An agent
- * (an LLM with a shell) must never hold the admin, spawner or signing secret: with them it
- * could answer the user's questions or approve its own review.
- */
-export function agentEnvironment(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const secret of ['BEIDOU_ADMIN_TOKEN', 'BEIDOU_SECRET', 'BEIDOU_SPAWNER_TOKEN']) delete env[secret];
-  return { ...env, ...extra };
 }

@@ -218,7 +218,6 @@ describe('Claude Code (the real binary) against Beidou', () => {
         'claude',
         '--claude-bin',
         CLAUDE,
-        '--sandbox',
         '--max-agents',
         '1',
         '--workdir',
@@ -589,7 +588,7 @@ describe('Claude Code (the real binary) against Beidou', () => {
   }, 90_000);
 
   it.skipIf(process.getuid?.() !== 0)(
-    'as root without --sandbox, Claude Code refuses bypassPermissions: the spawner reports the crashes',
+    'as root with --sandbox none (and no IS_SANDBOX passed), Claude Code refuses bypassPermissions: the spawner reports the crashes',
     async () => {
       ts = await startTestServer();
       fake = await startFakeAnthropic([{ text: 'never asked' }]);
@@ -608,6 +607,8 @@ describe('Claude Code (the real binary) against Beidou', () => {
           'claude',
           '--claude-bin',
           CLAUDE,
+          '--sandbox',
+          'none',
           '--max-agents',
           '1',
           '--workdir',
@@ -622,6 +623,8 @@ describe('Claude Code (the real binary) against Beidou', () => {
         what: 'root_crash_escalation',
       });
       expect(escalated.stderr).toContain('cannot be used with root/sudo privileges');
+      // It said so at start, in one line.
+      expect(spawnerLog(spawner).filter((l) => /^--sandbox none: /.test(String(l.msg)))).toHaveLength(1);
       const events = (await ts.api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).body
         .events as AnyEvent[];
       expect(eventsNamed(events, 'agent_crashed').map((e) => e.strike_count)).toEqual([1, 2, 3]);

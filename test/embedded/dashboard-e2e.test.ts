@@ -78,7 +78,13 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
     workdir = path.join(ts.home, 'agents');
     mkdirSync(path.join(workdir, 'ticks'), { recursive: true });
     const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
-    spawner = spawnSpawner(ts.url, token, SCRIPT, ['--workdir', workdir]);
+    // The scout paces itself on ../../ticks/N: the sandbox shows that folder of the workdir.
+    spawner = spawnSpawner(ts.url, token, SCRIPT, [
+      '--workdir',
+      workdir,
+      '--sandbox-bind',
+      `${path.join(workdir, 'ticks')}:ro`,
+    ]);
     task = (
       await ts.api('POST', '/tasks', {
         task: 'Write a short report on Polaris, the North Star.',

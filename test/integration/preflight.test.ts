@@ -264,7 +264,10 @@ describe('adapter failures are one line and an agent_error with a reason', () =>
     expect(failures).toHaveLength(errors.length);
     for (const l of failures)
       expect(JSON.parse(l).msg).toMatch(
-        new RegExp(`^agent \\S+ \\(${root}\\) failed \\[binary_missing\\]: cannot run ${missing} \\(spawn .*ENOENT\\)`),
+        new RegExp(
+          // In the sandbox bwrap runs the binary, and says it is missing.
+          `^agent \\S+ \\(${root}\\) failed \\[binary_missing\\]: cannot run ${missing} \\((spawn .*ENOENT|No such file or directory)\\)`,
+        ),
       );
   });
 
@@ -273,7 +276,8 @@ describe('adapter failures are one line and an agent_error with a reason', () =>
     const flag = path.join(tempDir(), 'fixed');
     // Fails until the flag file exists; then idles until its input closes.
     const command = `if [ -f "${flag}" ]; then exec cat >/dev/null; fi; echo "loading config" >&2; echo "disk quota exceeded" >&2; exit 1`;
-    const p = commandSpawner(ts.url, token, command);
+    // The sandbox hides the temporary folder: the flag's is shown to the agent.
+    const p = commandSpawner(ts.url, token, command, ['--sandbox-bind', `${path.dirname(flag)}:ro`]);
     const root = task.root_agent_id;
     await waitUntil(
       ts,
@@ -329,7 +333,7 @@ describe('adapter failures are one line and an agent_error with a reason', () =>
         'process.stdin.resume(); process.stdin.on("end", () => process.exit(0));',
       ].join('\n'),
     );
-    const p = commandSpawner(ts.url, token, `"${process.execPath}" "${agent}"`);
+    const p = commandSpawner(ts.url, token, `"${process.execPath}" "${agent}"`, ['--sandbox-bind', `${agent}:ro`]);
     const root = task.root_agent_id;
     const texts = await waitUntil(
       ts,
@@ -351,7 +355,7 @@ describe('adapter failures are one line and an agent_error with a reason', () =>
 
   it('Claude Code not logged in: not_logged_in at once, though its process stays up; status error', async () => {
     const { ts, token, task } = await serverWithTask();
-    // --sandbox: Claude Code refuses bypassPermissions as root without it (a test machine may run as root).
+    // In the sandbox (the default) Claude Code gets IS_SANDBOX=1: it refuses bypassPermissions as root without it.
     const p = run(
       [
         'spawner',
@@ -362,7 +366,6 @@ describe('adapter failures are one line and an agent_error with a reason', () =>
         '--skip-preflight',
         '--claude-bin',
         CLAUDE,
-        '--sandbox',
         '--workdir',
         tempDir(),
       ],

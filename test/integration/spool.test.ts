@@ -166,7 +166,17 @@ describe('a server outage', () => {
     const events = async (): Promise<Ev[]> =>
       (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
     const spoolDir = path.join(work, 'spool');
-    const args = ['--spool-dir', spoolDir, '--workdir', path.join(work, 'agents'), '--restart-backoff', '0.2,0.5,1'];
+    // The agent waits on a file of `work`: the sandbox shows it (the spool and the workdir in it stay hidden).
+    const args = [
+      '--spool-dir',
+      spoolDir,
+      '--workdir',
+      path.join(work, 'agents'),
+      '--restart-backoff',
+      '0.2,0.5,1',
+      '--sandbox-bind',
+      `${work}:ro`,
+    ];
     spawners.push(spawnSpawner(proc.url, token, scriptFile, args));
     await until('the texts before the outage', async () =>
       (await events()).filter((e) => e.event === 'assistant_text').length === 2 ? true : undefined,

@@ -164,6 +164,9 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
       workdir,
       '--spool-dir',
       path.join(work, 'spool'),
+      // The early agent waits on a file of `work`: the sandbox shows it.
+      '--sandbox-bind',
+      `${work}:ro`,
     ]);
     spawners.push(spawner);
     const task = (await api('POST', '/tasks', { task: 'carry on across a failover' })).body as {

@@ -45,9 +45,24 @@ export interface SpawnerProcess {
 }
 
 /**
- * `beidou spawner` with the command adapter running the scripted agent on `scriptFile`; its
- * spool in a fresh temp dir unless `extraArgs` names one (`--spool-dir`), and short restart
- * backoffs unless `extraArgs` sets them (`--restart-backoff`).
+ * What a spawner must be told for the scripted agent on `scriptFile` to run in its sandbox:
+ * the script's variables (agents get only the environment the spawner allows) and the script
+ * itself (the sandbox hides the temporary folder it is usually written to).
+ */
+export const scriptedAgentArgs = (scriptFile: string) => [
+  '--pass-env',
+  'BEIDOU_SCRIPT',
+  '--pass-env',
+  'BEIDOU_SCRIPT_DELAY_MS',
+  '--sandbox-bind',
+  `${scriptFile}:ro`,
+];
+
+/**
+ * `beidou spawner` with the command adapter running the scripted agent on `scriptFile` (in
+ * the default sandbox, shown the script); its spool in a fresh temp dir unless `extraArgs`
+ * names one (`--spool-dir`), and short restart backoffs unless `extraArgs` sets them
+ * (`--restart-backoff`).
  */
 export function spawnSpawner(
   serverUrl: string,
@@ -73,6 +88,7 @@ export function spawnSpawner(
       'command',
       '--command',
       agentCmd,
+      ...scriptedAgentArgs(scriptFile),
       ...defaults,
       ...extraArgs,
     ],

@@ -1,12 +1,14 @@
-import { spawn } from 'node:child_process';
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import type { Adapter, AdapterHooks, AgentFailure, AgentProcess, StartSpec } from '../adapter.js';
-import { agentEnvironment, failureLine, wrapChild } from '../adapter.js';
+import { failureLine, wrapChild } from '../adapter.js';
+import type { AgentLauncher } from '../agent-launcher.js';
 import { StreamJsonDrain } from '../drain.js';
+import { writePrivateFile } from '../launch-files.js';
+import type { SandboxBind } from '../sandbox.js';
 import type { DrainedEvent } from '../../protocol/spawner.js';
 
 /** Tools that compete with Beidou primitives, removed at launch (the hook is the second layer). */
@@ -21,18 +23,76 @@ const HOOK_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..
 export interface ClaudeAdapterOptions {
   bin: string;
   permissionMode: string;
-  /** Sets IS_SANDBOX=1: Claude Code refuses bypassPermissions as root without it. */
-  sandbox: boolean;
+  /** Starts the process (sandbox, environment, launch folder). In the sandbox Claude Code gets IS_SANDBOX=1. */
+  launcher: AgentLauncher;
   logger: Logger;
 }
 
-/** The files a Claude Code agent runs with: its MCP config and its settings (hooks). */
-export function writeAgentFiles(dir: string, spec: StartSpec): { mcpConfig: string; settings: string } {
+/** What Claude Code reads from its environment: the model API, its own settings, its telemetry switches. */
+export const CLAUDE_ENV_NAMES: readonly string[] = [
+  'ANTHROPIC_*',
+  'CLAUDE_CODE_*',
+  'CLAUDE_CONFIG_DIR',
+  'DISABLE_AUTOUPDATER',
+  'DISABLE_TELEMETRY',
+  'DISABLE_ERROR_REPORTING',
+  'DISABLE_COST_WARNINGS',
+  'DISABLE_NON_ESSENTIAL_MODEL_CALLS',
+  'DISABLE_PROMPT_CACHING',
+  'MAX_THINKING_TOKENS',
+  'API_TIMEOUT_MS',
+  'BASH_DEFAULT_TIMEOUT_MS',
+  'BASH_MAX_TIMEOUT_MS',
+  'BASH_MAX_OUTPUT_LENGTH',
+];
+
+const on = (v: string | undefined) => v !== undefined && v !== '' && v !== '0' && v !== 'false';
+
+/** Claude Code's names, and a cloud provider's credentials when Claude Code is switched to that provider. */
+export function claudeEnvNames(env: NodeJS.ProcessEnv): string[] {
+  const names = [...CLAUDE_ENV_NAMES];
+  if (on(env.CLAUDE_CODE_USE_BEDROCK)) names.push('AWS_*');
+  if (on(env.CLAUDE_CODE_USE_VERTEX))
+    names.push('CLOUD_ML_REGION', 'VERTEX_REGION_*', 'GOOGLE_APPLICATION_CREDENTIALS', 'GOOGLE_CLOUD_PROJECT');
+  if (on(env.CLAUDE_CODE_USE_FOUNDRY)) names.push('AZURE_*');
+  return names;
+}
+
+/**
+ * Claude Code's own folder and state file (its login, settings, sessions, which `--resume`
+ * reads back), read-write in the sandbox: `CLAUDE_CONFIG_DIR`, else `~/.claude` and
+ * `~/.claude.json`. Created first (0700, 0600) when missing, as Claude Code would: a path the
+ * sandbox binds must exist, and the rest of the home is read-only there.
+ */
+export function claudeCredentials(env: NodeJS.ProcessEnv): SandboxBind[] {
+  const home = env.HOME || os.homedir();
+  const dir = env.CLAUDE_CONFIG_DIR || path.join(home, '.claude');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const mcpConfig = path.join(dir, 'mcp.json');
-  const settings = path.join(dir, 'settings.json');
-  writeFileSync(
-    mcpConfig,
+  const binds = [{ path: dir, readOnly: false }];
+  if (env.CLAUDE_CONFIG_DIR) return binds;
+  const state = path.join(home, '.claude.json');
+  if (!existsSync(state)) {
+    try {
+      writePrivateFile(home, '.claude.json', '{}\n');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+  }
+  return [...binds, { path: state, readOnly: false }];
+}
+
+export interface AgentFiles {
+  mcpConfig: string;
+  settings: string;
+  /** The assembled prompt (`--append-system-prompt-file`): never an argument, which `ps` shows and E2BIG caps. */
+  systemPrompt: string;
+}
+
+/** The files a Claude Code agent runs with, created exclusively in its (private) launch folder `dir`. */
+export function writeAgentFiles(dir: string, spec: StartSpec): AgentFiles {
+  const mcpConfig = writePrivateFile(
+    dir,
+    'mcp.json',
     JSON.stringify(
       {
         mcpServers: {
@@ -42,7 +102,6 @@ export function writeAgentFiles(dir: string, spec: StartSpec): { mcpConfig: stri
       null,
       2,
     ),
-    { mode: 0o600 },
   );
   const entry = (event: string, matcher?: string) => ({
     ...(matcher ? { matcher } : {}),
@@ -53,15 +112,12 @@ export function writeAgentFiles(dir: string, spec: StartSpec): { mcpConfig: stri
     PostToolUse: [entry('post-tool-use', '*')],
     Stop: [entry('stop')],
   };
-  writeFileSync(settings, JSON.stringify({ hooks }, null, 2), { mode: 0o600 });
-  return { mcpConfig, settings };
+  const settings = writePrivateFile(dir, 'settings.json', JSON.stringify({ hooks }, null, 2));
+  const systemPrompt = writePrivateFile(dir, 'system-prompt.md', spec.launch.prompt);
+  return { mcpConfig, settings, systemPrompt };
 }
 
-export function claudeArgs(
-  spec: StartSpec,
-  files: { mcpConfig: string; settings: string },
-  permissionMode: string,
-): string[] {
+export function claudeArgs(spec: StartSpec, files: AgentFiles, permissionMode: string): string[] {
   const args = [
     '-p',
     '--input-format',
@@ -74,8 +130,8 @@ export function claudeArgs(
     '--strict-mcp-config',
     '--settings',
     files.settings,
-    '--append-system-prompt',
-    spec.launch.prompt,
+    '--append-system-prompt-file',
+    files.systemPrompt,
     '--disallowedTools',
     ...DISALLOWED_TOOLS,
     '--permission-mode',
@@ -110,28 +166,41 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
   return {
     name: 'claude',
     start(spec: StartSpec, hooks: AdapterHooks): AgentProcess {
-      // The MCP config holds the agent's token: written per start, removed when the process ends.
-      const filesDir = path.join(os.tmpdir(), 'beidou-claude', `${spec.launch.agent_id}-${process.pid}-${Date.now()}`);
-      const files = writeAgentFiles(filesDir, spec);
-      const child = spawn(opts.bin, claudeArgs(spec, files, opts.permissionMode), {
+      // The MCP config holds the agent's token: written per start in a private folder, removed when the process ends.
+      const { launcher } = opts;
+      const dir = launcher.newDir(spec.launch.agent_id);
+      let files: AgentFiles;
+      try {
+        files = writeAgentFiles(dir.path, spec);
+      } catch (err) {
+        dir.remove();
+        throw err;
+      }
+      const child = launcher.spawn({
+        dir,
         cwd: spec.cwd,
-        stdio: ['pipe', 'pipe', 'pipe'],
-        detached: true,
-        env: agentEnvironment({
-          // Claude Code's own agent teams compete with Beidou's.
-          CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS: '',
-          // Claude Code 2.x defers MCP tools behind ToolSearch, hiding their descriptions and
-          // schemas from the model; Beidou's tools are the agent's main tools, so send them whole.
-          ENABLE_TOOL_SEARCH: 'false',
-          MCP_TOOL_TIMEOUT: MCP_TOOL_TIMEOUT_MS,
-          MCP_TIMEOUT: '60000',
-          // For `beidou hook`, which runs as this agent.
-          BEIDOU_URL: spec.mcpUrl,
-          BEIDOU_SERVER: spec.serverUrl,
-          BEIDOU_TOKEN: spec.launch.token,
-          BEIDOU_AGENT_ID: spec.launch.agent_id,
-          ...(opts.sandbox ? { IS_SANDBOX: '1' } : {}),
-        }),
+        launch: spec.launch,
+        command: [opts.bin, ...claudeArgs(spec, files, opts.permissionMode)],
+        credentials: launcher.sandboxed ? claudeCredentials(launcher.spawnerEnv) : [],
+        env: {
+          runtime: claudeEnvNames(launcher.spawnerEnv),
+          set: {
+            // Claude Code's own agent teams compete with Beidou's.
+            CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS: '',
+            // Claude Code 2.x defers MCP tools behind ToolSearch, hiding their descriptions and
+            // schemas from the model; Beidou's tools are the agent's main tools, so send them whole.
+            ENABLE_TOOL_SEARCH: 'false',
+            MCP_TOOL_TIMEOUT: MCP_TOOL_TIMEOUT_MS,
+            MCP_TIMEOUT: '60000',
+            // For `beidou hook`, which runs as this agent.
+            BEIDOU_URL: spec.mcpUrl,
+            BEIDOU_SERVER: spec.serverUrl,
+            BEIDOU_TOKEN: spec.launch.token,
+            BEIDOU_AGENT_ID: spec.launch.agent_id,
+            // Claude Code refuses bypassPermissions as root unless told it runs in a sandbox: it does.
+            ...(launcher.sandboxed ? { IS_SANDBOX: '1' } : {}),
+          },
+        },
       });
       const drain = new StreamJsonDrain();
       const { writeLine, setFailure, ...proc } = wrapChild(
@@ -167,13 +236,6 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
       const write = (text: string) => writeLine(userTurn(text));
       if (!spec.resume) write(spec.launch.first_message);
       else if (spec.nudge) write(spec.nudge);
-      void proc.exited.then(() => {
-        try {
-          rmSync(filesDir, { recursive: true, force: true });
-        } catch (err) {
-          opts.logger.warn({ err: (err as Error).message, dir: filesDir }, 'could not remove the agent files');
-        }
-      });
       opts.logger.debug({ agent: spec.launch.agent_id, pid: child.pid }, 'claude started');
       return { ...proc, deliver: (message) => write(message.content) };
     },

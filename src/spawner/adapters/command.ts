@@ -1,9 +1,24 @@
-import { spawn } from 'node:child_process';
 import type { DrainedEvent } from '../../protocol/spawner.js';
 import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.js';
-import { agentEnvironment, wrapChild } from '../adapter.js';
+import { wrapChild } from '../adapter.js';
+import type { AgentLauncher } from '../agent-launcher.js';
 import { drainedEventProblem } from '../drain.js';
 import { COMMAND_LINE_MAX_BYTES } from '../line-reader.js';
+import type { AgentLaunchDir } from '../launch-files.js';
+
+/** A text also given as an environment variable only up to this size (bytes): Linux caps one at 128 KiB (E2BIG). */
+export const ENV_TEXT_MAX_BYTES = 64 * 1024;
+
+/** The prompt and the task in files of the launch folder, and as variables too when they fit. */
+function launchTexts(dir: AgentLaunchDir, launch: StartSpec['launch']): Record<string, string> {
+  const fits = (text: string) => Buffer.byteLength(text, 'utf8') <= ENV_TEXT_MAX_BYTES;
+  return {
+    BEIDOU_SYSTEM_PROMPT_FILE: dir.write('system-prompt.md', launch.prompt),
+    BEIDOU_TASK_FILE: dir.write('task.md', launch.first_message),
+    ...(fits(launch.prompt) ? { BEIDOU_SYSTEM_PROMPT: launch.prompt } : {}),
+    ...(fits(launch.first_message) ? { BEIDOU_TASK: launch.first_message } : {}),
+  };
+}
 
 export interface CommandAdapterOutput {
   /** A line of the agent's own output (not an event). */
@@ -16,36 +31,47 @@ export interface CommandAdapterOutput {
 
 /**
  * The `command` adapter (docs/spawner-protocol.md): any command line, through a shell. The agent learns who
- * it is from its environment, reads its inbox as JSON lines on stdin (closed when it is
+ * it is from its environment (its prompt and task from files, too big for a variable at times), reads its inbox as JSON lines on stdin (closed when it is
  * terminated), and may print JSON objects with an `event` field on stdout to report events;
  * any other output is logged. Each valid event line also counts as a clean turn; an invalid
  * one (an unknown event, a missing or wrong field) is printed with the field and dropped.
  * A line longer than 64 KiB is cut there (with a note of its length): an event line that long
  * is dropped, being no longer JSON.
  */
-export function commandAdapter(command: string, out: CommandAdapterOutput): Adapter {
+export function commandAdapter(command: string, out: CommandAdapterOutput, launcher: AgentLauncher): Adapter {
   return {
     name: 'command',
     start(spec: StartSpec, hooks: AdapterHooks): AgentProcess {
       const { launch } = spec;
-      const child = spawn(command, {
-        shell: true,
+      const dir = launcher.newDir(launch.agent_id);
+      let texts: Record<string, string>;
+      try {
+        texts = launchTexts(dir, launch);
+      } catch (err) {
+        dir.remove();
+        throw err;
+      }
+      const child = launcher.spawn({
+        dir,
         cwd: spec.cwd,
-        stdio: ['pipe', 'pipe', 'pipe'],
-        detached: true,
-        env: agentEnvironment({
-          BEIDOU_URL: spec.mcpUrl,
-          BEIDOU_SERVER: spec.serverUrl,
-          BEIDOU_TOKEN: launch.token,
-          BEIDOU_AGENT_ID: launch.agent_id,
-          BEIDOU_TASK_ID: launch.task_id,
-          BEIDOU_AGENT_NAME: launch.name,
-          BEIDOU_TASK: launch.first_message,
-          BEIDOU_SYSTEM_PROMPT: launch.prompt,
-          BEIDOU_WORKSPACE: launch.workspace_path,
-          BEIDOU_SESSION_ID: spec.sessionId,
-          BEIDOU_RESUME: spec.resume ? '1' : '',
-        }),
+        launch,
+        command: ['/bin/sh', '-c', command],
+        // A command is any program: it gets the common names, and what --pass-env adds.
+        env: {
+          runtime: [],
+          set: {
+            ...texts,
+            BEIDOU_URL: spec.mcpUrl,
+            BEIDOU_SERVER: spec.serverUrl,
+            BEIDOU_TOKEN: launch.token,
+            BEIDOU_AGENT_ID: launch.agent_id,
+            BEIDOU_TASK_ID: launch.task_id,
+            BEIDOU_AGENT_NAME: launch.name,
+            BEIDOU_WORKSPACE: launch.workspace_path,
+            BEIDOU_SESSION_ID: spec.sessionId,
+            BEIDOU_RESUME: spec.resume ? '1' : '',
+          },
+        },
       });
       hooks.onSession(spec.sessionId);
       const { writeLine, ...proc } = wrapChild(

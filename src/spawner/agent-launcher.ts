@@ -1,0 +1,94 @@
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import path from 'node:path';
+import type { LaunchCommand } from '../protocol/spawner.js';
+import { agentEnvironment } from './agent-env.js';
+import type { AgentLaunchDir, LaunchFiles } from './launch-files.js';
+import { bwrapArgs, type SandboxBind } from './sandbox.js';
+import { resolveMounts, type SandboxPolicy } from './sandbox-paths.js';
+
+/**
+ * How every adapter starts an agent process: in its own launch folder (launch-files.ts),
+ * with the allowlisted environment (agent-env.ts), inside the sandbox unless the spawner
+ * runs with `--sandbox none`, detached (its own process group: the supervisor's kill ends
+ * everything it started). The launch folder is removed when the process ends.
+ */
+
+export interface LauncherOptions {
+  /** null: `--sandbox none`. */
+  sandbox: { bin: string; policy: SandboxPolicy } | null;
+  /** `--pass-env` names. */
+  passEnv: readonly string[];
+  launchFiles: LaunchFiles;
+  /** The spawner's environment (what the allowlist reads from). */
+  env?: NodeJS.ProcessEnv;
+}
+
+export interface AgentSpawn {
+  dir: AgentLaunchDir;
+  cwd: string;
+  launch: Pick<LaunchCommand, 'project_workspace_path'>;
+  /** The program and its arguments (a shell line is `/bin/sh -c LINE`). */
+  command: string[];
+  /** The runtime's allowlist, and what the adapter sets. */
+  env: { runtime: readonly string[]; set: Record<string, string> };
+  /** What the runtime's CLI needs in the sandbox (Claude Code's folder). */
+  credentials?: SandboxBind[];
+}
+
+/** The private temporary folder inside the sandbox. */
+const SANDBOX_TMP = '/tmp';
+
+export class AgentLauncher {
+  constructor(private readonly opts: LauncherOptions) {}
+
+  /** Whether agents run in the bwrap sandbox. */
+  get sandboxed(): boolean {
+    return this.opts.sandbox !== null;
+  }
+
+  get spawnerEnv(): NodeJS.ProcessEnv {
+    return this.opts.env ?? process.env;
+  }
+
+  /** A fresh launch folder for one process of `agentId`. */
+  newDir(agentId: string): AgentLaunchDir {
+    return this.opts.launchFiles.agentDir(agentId);
+  }
+
+  spawn(req: AgentSpawn): ChildProcessWithoutNullStreams {
+    const env = agentEnvironment({
+      source: this.spawnerEnv,
+      runtime: req.env.runtime,
+      passEnv: this.opts.passEnv,
+      set: { ...req.env.set, ...(this.opts.sandbox ? { TMPDIR: SANDBOX_TMP } : {}) },
+    });
+    let child: ChildProcessWithoutNullStreams;
+    try {
+      const [file, ...args] = this.opts.sandbox
+        ? [this.opts.sandbox.bin, ...bwrapArgs(this.mounts(req), req.command)]
+        : req.command;
+      child = spawn(file!, args, { cwd: req.cwd, env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+    } catch (err) {
+      req.dir.remove();
+      throw err;
+    }
+    const cleanUp = () => req.dir.remove();
+    child.once('close', cleanUp);
+    child.once('error', cleanUp);
+    return child;
+  }
+
+  private mounts(req: AgentSpawn) {
+    // An agent whose workspace is inside its task's shared workspace (a team's, under the
+    // project's) gets the shared one: the skills integrate and write artifacts there.
+    const project = req.launch.project_workspace_path;
+    const rel = path.relative(project, req.cwd);
+    const shared = rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+    return resolveMounts(this.opts.sandbox!.policy, {
+      cwd: req.cwd,
+      workspaces: [shared ? project : req.cwd],
+      launchDir: req.dir.path,
+      credentials: req.credentials ?? [],
+    });
+  }
+}
