@@ -1,6 +1,7 @@
 import { fstatSync, openSync } from 'node:fs';
 import path from 'node:path';
 import type { StoredEvent } from '../../events/catalogue.js';
+import { LineIndex } from './line-index.js';
 
 /**
  * What the JSONL log holds per task file, `events/{task_id}.jsonl`: its open fd, where each
@@ -10,8 +11,8 @@ import type { StoredEvent } from '../../events/catalogue.js';
 export interface TaskFile {
   taskId: string;
   fd: number;
-  /** Byte offset where each seq's line starts: offsets[seq - 1]. */
-  offsets: number[];
+  /** Where each seq's line starts (the newest densely, older ones by marks: line-index.ts); `lines.count` is the last seq. */
+  lines: LineIndex;
   /** Byte length once every appended line is written. */
   end: number;
   /** Byte length and seq that are on disk and synced. */
@@ -24,10 +25,10 @@ export interface TaskFile {
   quarantined: boolean;
 }
 
-export const emptyFile = (taskId: string, fd: number, size: number): TaskFile => ({
+export const emptyFile = (taskId: string, fd: number, size: number, window: number): TaskFile => ({
   taskId,
   fd,
-  offsets: [],
+  lines: new LineIndex(window),
   end: size,
   durableEnd: size,
   durableSeq: 0,
@@ -36,13 +37,16 @@ export const emptyFile = (taskId: string, fd: number, size: number): TaskFile =>
   quarantined: false,
 });
 
-/** The task's file of `files`, opened for appending (and created) in `dir` if it is not yet. */
-export function openTaskFile(files: Map<string, TaskFile>, dir: string, taskId: string): TaskFile {
+/**
+ * The task's file of `files`, opened for appending (and created) in `dir` if it is not yet;
+ * `window`: how many of its newest line offsets to hold.
+ */
+export function openTaskFile(files: Map<string, TaskFile>, dir: string, taskId: string, window: number): TaskFile {
   let file = files.get(taskId);
   if (file) return file;
   const fd = openSync(path.join(dir, `${taskId}.jsonl`), 'a+');
   const size = fstatSync(fd).size;
-  file = emptyFile(taskId, fd, size);
+  file = emptyFile(taskId, fd, size, window);
   files.set(taskId, file);
   return file;
 }
