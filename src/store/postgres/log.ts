@@ -93,7 +93,14 @@ export class PgEventLog implements EventLog {
     this.lease.client = client;
     try {
       await this.lease.acquire(client);
-      const report = await replayStored(client, this.tasks, this.archived, onEvent, { ...options, memory: this.memory }, null);
+      const report = await replayStored(
+        client,
+        this.tasks,
+        this.archived,
+        onEvent,
+        { ...options, memory: this.memory },
+        null,
+      );
       this.lease.startRenewing();
       return report;
     } catch (err) {
@@ -125,7 +132,14 @@ export class PgEventLog implements EventLog {
     try {
       const { rows } = await client.query<{ pos: string }>('SELECT coalesce(max(pos), 0) AS pos FROM events');
       const upTo = Number(rows[0]!.pos);
-      const report = await replayStored(client, this.tasks, this.archived, onEvent, { ...options, memory: this.memory }, upTo);
+      const report = await replayStored(
+        client,
+        this.tasks,
+        this.archived,
+        onEvent,
+        { ...options, memory: this.memory },
+        upTo,
+      );
       this.follower = new Follower(this.followed, onEvent, upTo);
       await this.follower.listenForCommits(client);
       // What was committed between the replay's bound and the LISTEN told no one.
