@@ -118,6 +118,6 @@ export const limitExceeded = (limit: LimitName, max: number, setting: string, me
 export const contentTooLarge = (field: string, max: number, setting: string) =>
   new DomainError('content_too_large', `${field}: is over ${max} characters`, { field, max, setting });
 
-/** An agent wrote past a rate (BEIDOU_MAX_WRITE_BYTES_PER_MINUTE): refused before anything is written; `setting` tunes it. */
+/** An agent past a rate limit (its write budget, BEIDOU_MAX_WRITE_BYTES_PER_MINUTE): refused before anything is written; `setting` tunes it. */
 export const rateLimited = (retryAfterS: number, setting: string, message: string) =>
   new DomainError('rate_limited', message, { retry_after_s: retryAfterS, setting });

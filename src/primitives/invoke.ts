@@ -10,8 +10,9 @@ const IDENTITY_KEYS = ['caller_id', 'task_id'] as const;
 
 /**
  * The one wrapper between a transport and a primitive: identity guards, schema parse
- * (→ `invalid_input`), the write budget (→ `rate_limited`), the review gate, the handler, and the conversion of anything
- * unexpected into `internal_error` (logged with its stack, never shown to the client).
+ * (→ `invalid_input`), the write budget (→ `rate_limited`), the review gate, the handler,
+ * and the conversion of anything unexpected into `internal_error` (logged with its stack,
+ * never shown to the client).
  */
 export async function invokePrimitive(
   primitive: AnyPrimitive,
