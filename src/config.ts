@@ -67,6 +67,11 @@ const configSchema = z.object({
     .positive('must be positive')
     .max(10_000, 'must be at most 10000 (the protocol bound)')
     .default(1000),
+  /** Bytes of events one agent's calls may add to the log per minute, on each replica (docs/security.md). */
+  maxWriteBytesPerMinute: count(16 * 1024 * 1024),
+  /** A live task's newest events held in memory by the log (older ones are read from the store), by count and by bytes. */
+  liveEventsInMemory: count(10_000),
+  liveEventBytesInMemory: count(32 * 1024 * 1024),
   /** MCP stream resumability: how long a dropped stream's events (and its calls) wait, and the per-session bounds. */
   resumeS: seconds(60),
   resumeMaxEvents: count(500),
@@ -115,6 +120,9 @@ const SOURCE_NAMES: Record<string, string> = {
   maxTeamsPerLeader: 'BEIDOU_MAX_TEAMS_PER_LEADER',
   maxContentChars: 'BEIDOU_MAX_CONTENT_CHARS',
   maxAgentsPerSpawner: 'BEIDOU_MAX_AGENTS_PER_SPAWNER',
+  maxWriteBytesPerMinute: 'BEIDOU_MAX_WRITE_BYTES_PER_MINUTE',
+  liveEventsInMemory: 'BEIDOU_LIVE_EVENTS_IN_MEMORY',
+  liveEventBytesInMemory: 'BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY',
   resumeS: 'BEIDOU_RESUME_S',
   resumeMaxEvents: 'BEIDOU_RESUME_MAX_EVENTS',
   resumeMaxBytes: 'BEIDOU_RESUME_MAX_BYTES',
@@ -176,6 +184,9 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     maxTeamsPerLeader: emptyToUndefined(env.BEIDOU_MAX_TEAMS_PER_LEADER),
     maxContentChars: emptyToUndefined(env.BEIDOU_MAX_CONTENT_CHARS),
     maxAgentsPerSpawner: emptyToUndefined(env.BEIDOU_MAX_AGENTS_PER_SPAWNER),
+    maxWriteBytesPerMinute: emptyToUndefined(env.BEIDOU_MAX_WRITE_BYTES_PER_MINUTE),
+    liveEventsInMemory: emptyToUndefined(env.BEIDOU_LIVE_EVENTS_IN_MEMORY),
+    liveEventBytesInMemory: emptyToUndefined(env.BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY),
     resumeS: emptyToUndefined(env.BEIDOU_RESUME_S),
     resumeMaxEvents: emptyToUndefined(env.BEIDOU_RESUME_MAX_EVENTS),
     resumeMaxBytes: emptyToUndefined(env.BEIDOU_RESUME_MAX_BYTES),

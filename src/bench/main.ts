@@ -5,6 +5,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../config.js';
 import { startServer, type BeidouServer } from '../server/server.js';
 import { heartbeatGap, scrubTimes } from './agent-output.js';
+import { loopingAgents } from './budget.js';
 import { failoverTime } from './failover.js';
 import { failoverLine, fmt, median, pct } from './figures.js';
 import { team, withServer } from './harness.js';
@@ -21,14 +22,15 @@ import { wakeLatencies, wakeUnavailable, type WakeWay } from './wake.js';
  * long a message takes to wake an idle Claude Code session (section 6, needs tmux), the start
  * of a home with a long history (section 7), and section 1's send_message on the PostgreSQL
  * store (section 8; both start a real PostgreSQL from Debian's binaries), and failover time
- * of two replicas on PostgreSQL behind HAProxy (section 9), and what an agent's output costs its
- * spawner: the token scrub, the heartbeat under 1 MB lines (section 10).
+ * of two replicas on PostgreSQL behind HAProxy (section 9), what an agent's output costs its
+ * spawner: the token scrub, the heartbeat under 1 MB lines (section 10), and a looping agent at
+ * the write budget with what the server then holds in memory (section 11, both stores).
  * Clients run in a child process (section 5 runs one in process). Figures, not assertions.
  */
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 /** BENCH_ONLY=1,4 runs just those sections. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8,9,10').split(','));
+const ONLY = new Set((process.env.BENCH_ONLY ?? '1,2,3,4,5,6,7,8,9,10,11').split(','));
 /** Section 7: the history a home holds (ended tasks, events per task), the stores, and the starts with the index per store. */
 const HISTORY_TASKS = Number(process.env.BENCH_HISTORY_TASKS ?? 10_000);
 const HISTORY_PER_TASK = Number(process.env.BENCH_HISTORY_EVENTS_PER_TASK ?? 100);
@@ -51,6 +53,11 @@ const OUTPUT_HEARTBEAT_S = Number(process.env.BENCH_OUTPUT_HEARTBEAT_S ?? 0.2);
 const OUTPUT_LINES = Number(process.env.BENCH_OUTPUT_LINES ?? 100);
 /** The failover bar: one takes over within 10 s at the defaults. */
 const FAILOVER_BAR_S = 10;
+/** Section 11: real seconds per looping agent, and the stores. */
+const BUDGET_SECONDS = Number(process.env.BENCH_BUDGET_SECONDS ?? 10);
+const BUDGET_STORES = (process.env.BENCH_BUDGET_STORES ?? 'embedded,postgres').split(',') as Array<
+  'embedded' | 'postgres'
+>;
 
 async function main(): Promise<void> {
   console.log(`beidou bench (node ${process.version}, ${os.cpus().length} cpus)\n`);
@@ -161,6 +168,8 @@ async function main(): Promise<void> {
     );
     console.log('');
   }
+
+  if (ONLY.has('11')) await loopingAgents(BUDGET_STORES, BUDGET_SECONDS);
 
   if (!ONLY.has('4')) return;
   console.log('4. replay of 100,000 events on start');

@@ -50,6 +50,7 @@ export const ERROR_CODES = [
   // limits (docs/security.md)
   'limit_exceeded',
   'content_too_large',
+  'rate_limited',
   // standalone
   'agent_terminated',
   'invalid_input',
@@ -115,3 +116,7 @@ export const limitExceeded = (limit: LimitName, max: number, setting: string, me
 /** A text one agent hands another is over `BEIDOU_MAX_CONTENT_CHARS`. */
 export const contentTooLarge = (field: string, max: number, setting: string) =>
   new DomainError('content_too_large', `${field}: is over ${max} characters`, { field, max, setting });
+
+/** An agent past a rate limit (its write budget, BEIDOU_MAX_WRITE_BYTES_PER_MINUTE): refused before anything is written; `setting` tunes it. */
+export const rateLimited = (retryAfterS: number, setting: string, message: string) =>
+  new DomainError('rate_limited', message, { retry_after_s: retryAfterS, setting });

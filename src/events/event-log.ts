@@ -71,11 +71,24 @@ export interface EventLog {
    * Assigns `seq` (per task, gapless from 1) and `ts`, and queues the events for writing.
    * All or nothing: every event is serialised first, so a batch that cannot be stored
    * (`UnstorableEventError`) or names a quarantined task (`TaskQuarantinedError`) changes
-   * nothing.
+   * nothing. `admit`, when given, is handed the bytes the batch's lines take once all are
+   * serialised and before any is numbered: it may throw to refuse the batch (an agent's
+   * write budget), which then changes nothing either.
    */
-  append(drafts: readonly EventDraft[]): AppendResult;
-  /** Durable events of one task with `seq > since`, at most `limit`. */
+  append(drafts: readonly EventDraft[], admit?: (bytes: number) => void): AppendResult;
+  /**
+   * Durable events of one task with `seq > since`, at most `limit`, read synchronously:
+   * `since` may not be below `readFloor(taskId)` (older events: `readStored`).
+   */
   read(taskId: string, since: number, limit: number): StoredEvent[];
+  /**
+   * The lowest `since` that `read` serves. A live task's newest events are held in memory
+   * (at most BEIDOU_LIVE_EVENTS_IN_MEMORY of them, and BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY);
+   * the JSONL log reads any line of its file synchronously (0), PostgreSQL only what it holds.
+   */
+  readFloor(taskId: string): number;
+  /** What of a task's events the log holds in memory: how many (JSONL: line offsets), and the bytes of their text (JSONL: none). */
+  inMemory(taskId: string): { events: number; bytes: number };
   /** The highest durable `seq` of a task (0 when none). */
   durableSeq(taskId: string): number;
   /** Called with each batch of a task's events once it is durable. */
@@ -89,7 +102,11 @@ export interface EventLog {
   unload(taskId: string): ArchiveMark | null;
   /** Whether the task was unloaded (or skipped at open as archived). */
   isArchived(taskId: string): boolean;
-  /** Stored events of one task with `seq > since`, at most `limit`, read from the store (for an archived task). */
+  /**
+   * Durable events of one task with `seq > since`, at most `limit` (possibly fewer: page on
+   * with the last seq), from memory where the log holds them and from the store where it
+   * does not (an archived task, or a live one's events below `readFloor`).
+   */
   readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]>;
   /** Waits until everything appended so far is durable. */
   flush(): Promise<void>;

@@ -36,6 +36,7 @@ export const answerQuestion = definePrimitive({
   async handler({ qid, answers, reason }, { services, caller }) {
     await services.registry.commit(
       routing.answer(services.domain, caller, qid, answers, reason, services.questions.has(qid)),
+      { writer: caller.agent_id },
     );
     return { ok: true as const, qid };
   },

@@ -45,7 +45,7 @@ export const askUser = definePrimitive({
     const answer = services.questions.wait(qid, AbortSignal.any([signal, stopping]));
     if (repeated)
       services.logger.info({ qid, agent: caller.agent_id }, `ask_user repeats pending question ${qid}: waiting for it`);
-    else await registry.commit(drafts);
+    else await registry.commit(drafts, { writer: caller.agent_id });
     const where = () => {
       const holder = questionHolder(registry.state.questions.get(qid)!);
       return holder === USER ? 'the user' : `agent ${holder}`;

@@ -40,7 +40,7 @@ export const createTeam = definePrimitive({
     const { registry, skills, locks, domain } = services;
     const locked = await locks.spawn.tryWith(`create_team:${caller.agent_id}`, async () => {
       const { teamId, members, drafts } = agents.createTeam(domain, caller, input, skills);
-      await registry.commit(drafts);
+      await registry.commit(drafts, { writer: caller.agent_id });
       return { team_id: teamId, members };
     });
     if (!locked.acquired) {

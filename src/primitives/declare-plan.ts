@@ -66,7 +66,7 @@ export const declarePlan = definePrimitive({
         location: plan.file,
         text: plan.text,
       });
-      await registry.commit(plan.drafts);
+      await registry.commit(plan.drafts, { writer: caller.agent_id });
       return {
         plan_id: plan.planId,
         plan_path: plan.file,

@@ -39,6 +39,12 @@ export interface Primitive<I extends z.ZodObject = z.ZodObject, O extends z.ZodO
   annotations?: ToolAnnotations;
   /** Usable by a leader while a direct child's review is pending (the review gate, docs/tools.md). */
   allowedDuringReview?: boolean;
+  /**
+   * Never refused by the write budget (BEIDOU_MAX_WRITE_BYTES_PER_MINUTE): what it writes is
+   * what others sent the caller (read_inbox's deliveries), and an agent past its budget
+   * must still be able to read that it should stop. Read-only tools write nothing, so are never refused either.
+   */
+  exemptFromWriteBudget?: boolean;
   handler: (input: z.infer<I>, ctx: ToolContext) => Promise<z.infer<O>>;
 }
 

@@ -25,7 +25,7 @@ export const escalateQuestion = definePrimitive({
   allowedDuringReview: true,
   async handler({ qid, reason }, { services, caller }) {
     const { newHolder, drafts } = routing.escalate(services.domain, caller, qid, reason);
-    await services.registry.commit(drafts);
+    await services.registry.commit(drafts, { writer: caller.agent_id });
     return { ok: true as const, qid, new_holder: newHolder };
   },
 });

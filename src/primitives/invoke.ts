@@ -10,8 +10,9 @@ const IDENTITY_KEYS = ['caller_id', 'task_id'] as const;
 
 /**
  * The one wrapper between a transport and a primitive: identity guards, schema parse
- * (→ `invalid_input`), the review gate, the handler, and the conversion of anything
- * unexpected into `internal_error` (logged with its stack, never shown to the client).
+ * (→ `invalid_input`), the write budget (→ `rate_limited`), the review gate, the handler,
+ * and the conversion of anything unexpected into `internal_error` (logged with its stack,
+ * never shown to the client).
  */
 export async function invokePrimitive(
   primitive: AnyPrimitive,
@@ -51,12 +52,16 @@ export async function invokePrimitive(
     }
     const parsed = primitive.inputSchema.safeParse(args);
     if (!parsed.success) throw zodToInvalidInput(parsed.error);
+    // The write budget, before the call does anything (a plan file is written before its
+    // event): an agent that has written its budget is refused here; the commit checks again.
+    if (!primitive.annotations?.readOnlyHint && !primitive.exemptFromWriteBudget)
+      ctx.services.writeBudget.check(ctx.caller.agent_id);
     // The review gate: while a direct child's review is pending, a leader may only review,
     // message, read and answer. read_inbox stays open too: for a client without a spawner
     // it is how the review report itself arrives.
     const gate = primitive.allowedDuringReview ? null : reviewGate(ctx.services.domain, ctx.caller, primitive.name);
     if (gate) {
-      await ctx.services.registry.commit(gate.drafts);
+      await ctx.services.registry.commit(gate.drafts, { writer: ctx.caller.agent_id });
       throw reviewGateError(gate, primitive.name);
     }
     const { activity, clock } = ctx.services;

@@ -32,6 +32,7 @@ export const readInbox = definePrimitive({
     ),
   }),
   allowedDuringReview: true,
+  exemptFromWriteBudget: true,
   annotations: { readOnlyHint: false, openWorldHint: false },
   async handler({ peek, wait_s }, { services, caller, signal, replyFlushed }) {
     const { inboxes } = services;

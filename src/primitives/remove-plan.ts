@@ -18,7 +18,7 @@ export const removePlan = definePrimitive({
     return locks.plan.with(caller.agent_id, async () => {
       const { plan, drafts } = plans.removePlan(domain, caller);
       await planStore.markRemoved(plan);
-      await registry.commit(drafts);
+      await registry.commit(drafts, { writer: caller.agent_id });
       return { removed_plan_id: plan.plan_id };
     });
   },

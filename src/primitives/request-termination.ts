@@ -17,7 +17,9 @@ export const requestTermination = definePrimitive({
   outputSchema: z.object({ recorded: z.literal(true), termination_requested: z.literal(true) }),
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async handler({ detail }, { services, caller }) {
-    await services.registry.commit(reviews.requestTermination(services.domain, caller, detail ?? ''));
+    await services.registry.commit(reviews.requestTermination(services.domain, caller, detail ?? ''), {
+      writer: caller.agent_id,
+    });
     return { recorded: true as const, termination_requested: true as const };
   },
 });

@@ -37,7 +37,7 @@ export const sendMessage = definePrimitive({
       });
     }
     const { messageId, drafts } = postMessage(services.domain, caller.agent_id, recipient, content);
-    await services.registry.commit(drafts);
+    await services.registry.commit(drafts, { writer: caller.agent_id });
     return { delivered: true as const, message_id: messageId };
   },
 });

@@ -23,7 +23,9 @@ export const signalReview = definePrimitive({
     // Only a report no delivery has in hand (a spawner push in flight) can still be replaced.
     const leader = services.registry.agent(caller.leader_id);
     const undelivered = leader ? new Set(services.inboxes.peek(leader).map((m) => m.message_id)) : undefined;
-    await services.registry.commit(reviews.signalReview(services.domain, caller, detail, undelivered));
+    await services.registry.commit(reviews.signalReview(services.domain, caller, detail, undelivered), {
+      writer: caller.agent_id,
+    });
     return { recorded: true as const, review_pending: true as const };
   },
 });

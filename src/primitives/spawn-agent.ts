@@ -31,7 +31,7 @@ export const spawnAgent = definePrimitive({
     const { registry, skills, locks, domain } = services;
     const locked = await locks.spawn.tryWith(`spawn_agent:${caller.agent_id}`, async () => {
       const spawned = plans.spawnForPlanTask(domain, caller, planTaskId, skills);
-      await registry.commit(spawned.drafts);
+      await registry.commit(spawned.drafts, { writer: caller.agent_id });
       return {
         agent_id: spawned.agentId,
         team_id: spawned.teamId,

@@ -20,7 +20,9 @@ export const terminateChild = definePrimitive({
   annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   allowedDuringReview: true,
   async handler({ agent_id: targetId, force }, { services, caller }) {
-    await services.registry.commit(reviews.terminateChild(services.domain, caller, targetId, force));
+    await services.registry.commit(reviews.terminateChild(services.domain, caller, targetId, force), {
+      writer: caller.agent_id,
+    });
     return { sentinel_posted: true as const };
   },
 });

@@ -246,7 +246,15 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     }
     case 'plan_removed': {
       const plan = state.plans.get(e.plan_id);
-      if (plan) plan.removed_at = e.ts;
+      if (plan) {
+        plan.removed_at = e.ts;
+        // Its shape stays, its texts leave memory (the log and the removed copy keep them): a
+        // declare/remove loop then holds no more than the plans' outlines.
+        for (const planTask of plan.tasks.values()) {
+          planTask.task = '';
+          planTask.description = '';
+        }
+      }
       const owner = state.agents.get(e.owner_agent_id);
       if (owner && owner.active_plan_id === e.plan_id) owner.active_plan_id = null;
       touch(owner, e.ts);

@@ -14,6 +14,20 @@ import { emptyState, type AgentRecord, type RegistryState, type TaskRecord } fro
 export type CommitObserver = (events: readonly StoredEvent[]) => void;
 
 /**
+ * What meters an agent's writes (the write budget, `runtime/write-budget.ts`): handed the
+ * bytes a commit made for that agent adds to the log, before any of it is numbered; it
+ * throws to refuse the commit, which then changes nothing.
+ */
+export interface WriteMeter {
+  admit(writer: string, bytes: number): void;
+}
+
+export interface CommitOptions {
+  /** The agent whose call this commit is: its bytes count against its write budget. Absent: the server's own. */
+  writer?: string;
+}
+
+/**
  * The registry: state as a reduction of the event log. A change is made only by
  * `commit(drafts)`: the log assigns each event its `seq`, the reducer applies it at once (so
  * the next decision, even in the same tick, sees it), and the returned promise settles when
@@ -32,8 +46,15 @@ export class Registry {
   replayedEvents = 0;
   private readonly observers = new Set<CommitObserver>();
   private readonly durableObservers = new Set<CommitObserver>();
+  /** Meters the commits that name a writer; null: none is metered (a replay tool, a standby). */
+  private meter: WriteMeter | null = null;
 
   constructor(readonly log: EventLog) {}
+
+  /** From now on, commits that name a writer are metered by `meter` (an activation sets its own). */
+  meterWrites(meter: WriteMeter | null): void {
+    this.meter = meter;
+  }
 
   /**
    * Rebuilds the state by reducing the logs in order; a task that fails verification is
@@ -150,9 +171,15 @@ export class Registry {
     return undefined;
   }
 
-  /** Appends, reduces and tells observers; resolves with the events once they are durable. */
-  async commit(drafts: readonly EventDraft[]): Promise<StoredEvent[]> {
-    const { events, durable } = this.log.append(drafts);
+  /**
+   * Appends, reduces and tells observers; resolves with the events once they are durable.
+   * A commit made for an agent's call names it (`writer`), and its meter may refuse it.
+   */
+  async commit(drafts: readonly EventDraft[], options: CommitOptions = {}): Promise<StoredEvent[]> {
+    const { writer } = options;
+    const meter = this.meter;
+    const admit = writer !== undefined && meter ? (bytes: number) => meter.admit(writer, bytes) : undefined;
+    const { events, durable } = this.log.append(drafts, admit);
     for (const event of events) reduce(this.state, event);
     for (const observer of this.observers) observer(events);
     await durable;

@@ -12,6 +12,7 @@ import type { Inboxes } from './inbox.js';
 import { KeyedLock, KeyedMutex } from './locks.js';
 import type { QuestionWaiters } from './question-waiters.js';
 import type { SpawnerHub } from './spawners/hub.js';
+import type { WriteBudget } from './write-budget.js';
 
 /**
  * What a tool handler or an HTTP route may use, built once per activation (`server/replica/activate.ts`). The
@@ -34,6 +35,8 @@ export interface Services {
   spawners: SpawnerHub;
   /** Tool calls in flight and the last call per agent (runtime only, for the watchdog). */
   activity: Activity;
+  /** Each agent's bytes written per minute (BEIDOU_MAX_WRITE_BYTES_PER_MINUTE): refuses a call past it. */
+  writeBudget: WriteBudget;
   /** Aborts when the server stops: blocked calls end. */
   stopping: AbortSignal;
   clock: Clock;

@@ -45,3 +45,14 @@ export function eventLine(seq: number, ts: number, head: string, body: string, c
   const markers = of > 1 ? `,"commit":${commit},"of":${of}` : '';
   return `{"seq":${seq},"ts":${ts}${markers},${head}${body.length > 2 ? `,${body.slice(1)}` : '}'}\n`;
 }
+
+/** What `eventLine` adds around a draft's head and body: `{"seq":N,"ts":T,` … `}` and the newline (at most). */
+const ENVELOPE_BYTES = 48;
+
+/** The bytes a batch's lines take (UTF-8, commit markers aside): what an agent's write budget counts. */
+export function serialisedBytes({ heads, bodies }: SerialisedDrafts): number {
+  let bytes = 0;
+  for (let i = 0; i < heads.length; i++)
+    bytes += Buffer.byteLength(heads[i]!) + Buffer.byteLength(bodies[i]!) + ENVELOPE_BYTES;
+  return bytes;
+}

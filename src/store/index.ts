@@ -12,6 +12,7 @@ import type { RollupStore } from '../registry/rollups.js';
 import { SqliteRollups } from './embedded/rollups.js';
 import type { RegistryState } from '../registry/state.js';
 import type { Clock } from '../util/clock.js';
+import type { LiveMemory } from './recent-window.js';
 
 /**
  * Where the server keeps its state: the embedded store (JSONL files, SQLite rollups and
@@ -42,19 +43,24 @@ export interface Store {
   close(): Promise<void>;
 }
 
-/** `lease`: with a database URL, the log's lease (its holder's name, length, and what to do once it is lost). */
+/**
+ * `lease`: with a database URL, the log's lease (its holder's name, length, and what to do
+ * once it is lost). The log holds of each live task at most BEIDOU_LIVE_EVENTS_IN_MEMORY
+ * events and BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY bytes (characters of JSON, about bytes).
+ */
 export async function openStore(
-  config: Pick<Config, 'databaseUrl'>,
+  config: Pick<Config, 'databaseUrl' | 'liveEventsInMemory' | 'liveEventBytesInMemory'>,
   paths: ReturnType<typeof homePaths>,
   clock: Clock,
   lease: LeaseOptions = {},
 ): Promise<Store> {
   const url = config.databaseUrl;
+  const memory: LiveMemory = { events: config.liveEventsInMemory, bytes: config.liveEventBytesInMemory };
   if (!url) {
     return {
       kind: 'embedded',
       where: paths.events,
-      log: new JsonlEventLog(paths.events, clock),
+      log: new JsonlEventLog(paths.events, clock, memory),
       plans: new FilePlanStore(paths.plans),
       archive: () => new SqliteArchiveIndex(paths.statsDb),
       rollups: (state, onError) => new SqliteRollups(paths.statsDb, state, onError),
@@ -68,7 +74,7 @@ export async function openStore(
   // Loaded only with a database URL: the embedded store never needs the PostgreSQL modules.
   const { openPgStore } = await import('./postgres/index.js');
   // Nothing to discard up front: the rebuild's `replace` empties the tables in its transaction.
-  return openPgStore(url, clock, lease);
+  return openPgStore(url, clock, lease, memory);
 }
 
 // What the replica's role needs of the PostgreSQL store besides the interfaces above: the

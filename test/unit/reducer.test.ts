@@ -733,8 +733,17 @@ describe('plans', () => {
 
   it('plan_removed marks the plan removed and clears the owner active plan, but not a newer one', () => {
     const { log, state } = withPlan();
+    const shape = [...state.plans.get('pl_1')!.tasks.values()].map(({ id, role, depends_on }) => ({
+      id,
+      role,
+      depends_on,
+    }));
     reduce(state, log.at(5_500).ev('plan_removed', { plan_id: 'pl_1', owner_agent_id: ROOT }));
     expect(state.plans.get('pl_1')!.removed_at).toBe(5_500);
+    // A removed plan keeps its shape; its texts are in the log, not in memory.
+    const removed = [...state.plans.get('pl_1')!.tasks.values()];
+    expect(removed.map(({ id, role, depends_on }) => ({ id, role, depends_on }))).toEqual(shape);
+    expect(removed.map((t) => [t.task, t.description])).toEqual(removed.map(() => ['', '']));
     expect(agentOf(state, ROOT).active_plan_id).toBeNull();
     expect(taskOf(state).plan_ids).toEqual(['pl_1']);
 

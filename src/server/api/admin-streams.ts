@@ -13,6 +13,12 @@ export interface AdminStream {
   push(data: unknown, event: string, id?: string): boolean;
   /** Runs `fn` when the stream ends (at once if it has). */
   onEnd(fn: () => void): void;
+  /**
+   * Settles once what was pushed has left for the client (at once when nothing waits),
+   * with false if the stream ended first: a long backlog is sent a page at a time,
+   * never all of it into memory for a client that reads slowly.
+   */
+  drained(): Promise<boolean>;
 }
 
 /**
@@ -97,6 +103,21 @@ export class AdminStreams {
       onEnd(fn) {
         if (finished) fn();
         else cleanups.push(fn);
+      },
+      drained() {
+        if (finished) return Promise.resolve(false);
+        if (!res.writableNeedDrain) return Promise.resolve(true);
+        return new Promise<boolean>((resolve) => {
+          const done = (ok: boolean) => () => {
+            res.off('drain', onDrain);
+            res.off('close', onClose);
+            resolve(ok);
+          };
+          const onDrain = done(true);
+          const onClose = done(false);
+          res.once('drain', onDrain);
+          res.once('close', onClose);
+        });
       },
     };
   }

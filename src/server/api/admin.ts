@@ -149,9 +149,8 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     const archived = registry.archived.has(id);
     const task = archived ? null : taskOr404(id);
     const { since, limit } = parseOr400(eventsQuery, req.query);
-    const events = task
-      ? registry.log.read(task.task_id, since, limit)
-      : await registry.log.readStored(id, since, limit);
+    // From memory where the log holds them, else from the store (an archived task, a live one's older events).
+    const events = await registry.log.readStored(task?.task_id ?? id, since, limit);
     res.json({ events, cursor: events.length > 0 ? events[events.length - 1]!.seq : since });
   });
 
@@ -168,11 +167,21 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
       cursor = e.seq;
       stream.push(e, 'message', String(e.seq));
     };
-    // The backlog is read synchronously, then live batches follow: no gap, no duplicate.
+    // The backlog, then live batches: the last read of the backlog is synchronous (from
+    // memory) and the subscription follows it in the same turn, so no gap, no duplicate.
+    // Older events than memory holds are read from the store, a page at a time, each
+    // page waiting for a slow client to take the last.
     for (;;) {
-      const batch = registry.log.read(task.task_id, cursor, 1_000);
-      if (batch.length === 0) break;
+      const older = cursor < registry.log.readFloor(task.task_id);
+      const batch = older
+        ? await registry.log.readStored(task.task_id, cursor, 1_000)
+        : registry.log.read(task.task_id, cursor, 1_000);
+      if (batch.length === 0) {
+        if (older) return; // archived meanwhile: nothing more will come
+        break;
+      }
       batch.forEach(send);
+      if (!(await stream.drained())) return;
     }
     stream.onEnd(registry.log.subscribe(task.task_id, (events) => events.forEach(send)));
   });
@@ -191,6 +200,7 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
       if (batch.length === 0) break;
       for (const e of batch) if (!stream.push(e, 'message', String(e.seq))) return;
       cursor = batch[batch.length - 1]!.seq;
+      if (!(await stream.drained())) return;
     }
   };
 

@@ -1,5 +1,7 @@
 import { Router, type Request, type Response } from 'express';
 import { z } from 'zod';
+import { DomainError } from '../../domain/errors.js';
+import type { EventDraft } from '../../events/catalogue.js';
 import { reviewGate } from '../../domain/reviews.js';
 import type { Services } from '../../runtime/services.js';
 import type { Authenticator } from '../http/auth.js';
@@ -48,15 +50,21 @@ export function hookApi(
     const { tool_name, tool_input } = parseOr400(preToolBody, req.body);
     const agent = caller(req);
     const base = { task_id: agent.task_id, caller_id: agent.agent_id };
+    // What the hook records is the agent's write, metered by its write budget. Past it the
+    // denial still stands, unrecorded: a refusal would reach `beidou hook`, which allows on error.
+    const record = (drafts: EventDraft[]) =>
+      registry.commit(drafts, { writer: agent.agent_id }).catch((err: unknown) => {
+        if (!(err instanceof DomainError && err.code === 'rate_limited')) throw err;
+      });
     // A Map: a plain object would find `constructor` or `toString` on its prototype.
     const forbidden = FORBIDDEN_TOOLS.get(tool_name);
     if (forbidden) {
-      await registry.commit([{ event: 'disallowed_alias.denied', ...base, tool_name }]);
+      await record([{ event: 'disallowed_alias.denied', ...base, tool_name }]);
       return void res.json({ decision: 'deny', reason: `${tool_name} is not available here: ${forbidden}.` });
     }
     if (tool_name === 'AskUserQuestion') {
       const questions = (tool_input as { questions?: unknown } | undefined)?.questions;
-      await registry.commit([
+      await record([
         {
           event: 'ask_user_question.redirected',
           ...base,
@@ -73,7 +81,7 @@ export function hookApi(
     const gated = !tool_name.startsWith('mcp__beidou__') && !REVIEW_GATE_TOOLS.has(tool_name);
     const gate = gated ? reviewGate(services.domain, agent, tool_name) : null;
     if (gate) {
-      await registry.commit(gate.drafts);
+      await record(gate.drafts);
       return void res.json({
         decision: 'deny',
         reason: `${gate.waiting}. Approve with mcp__beidou__terminate_child or send rework with mcp__beidou__send_message first; until then only Read, Glob, Grep, Bash and the review tools are allowed.`,

@@ -26,6 +26,7 @@ const STATUS_BY_CODE: Partial<Record<ErrorCode, number>> = {
   already_terminating: 409,
   inbox_full: 409,
   limit_exceeded: 429,
+  rate_limited: 429,
   content_too_large: 413,
   internal_error: 500,
 };
@@ -35,6 +36,9 @@ export function fromDomainError(err: DomainError): ApiError {
 }
 
 export function sendError(res: Response, err: ApiError): void {
+  // A refusal that says when to come back says it in HTTP's own words too.
+  const retryAfter = err.details?.retry_after_s;
+  if (typeof retryAfter === 'number') res.setHeader('Retry-After', String(retryAfter));
   res
     .status(err.status)
     .json({ error: err.code, message: err.message, ...(err.details ? { details: err.details } : {}) });

@@ -21,6 +21,7 @@ import { QuestionWaiters } from '../../runtime/question-waiters.js';
 import { newLocks, type Services } from '../../runtime/services.js';
 import { SpawnerHub } from '../../runtime/spawners/hub.js';
 import { Watchdog } from '../../runtime/watchdog.js';
+import { WriteBudget } from '../../runtime/write-budget.js';
 import { SkillCatalog } from '../../skills/loader.js';
 import type { Clock } from '../../util/clock.js';
 import { randomIds, type IdSource } from '../../util/ids.js';
@@ -135,6 +136,9 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
   const tokens = new TokenService(keys.secret, config.tokenTtlS, clock);
   const inboxes = new Inboxes(registry);
   const activity = new Activity();
+  // Per replica, in memory: commits made for an agent's call are metered from this activation on.
+  const writeBudget = new WriteBudget(clock, config.maxWriteBytesPerMinute);
+  registry.meterWrites(writeBudget);
   const services: Services = {
     config,
     registry,
@@ -146,6 +150,7 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
     questions: new QuestionWaiters(registry, domain),
     spawners: new SpawnerHub({ registry, domain, inboxes, tokens, skills, clock, logger }),
     activity,
+    writeBudget,
     stopping: stopping.signal,
     clock,
     ids,

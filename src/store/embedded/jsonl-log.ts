@@ -15,8 +15,10 @@ import {
   type OpenOptions,
   type ReplayReport,
 } from '../../events/event-log.js';
-import { eventLine, serialiseDrafts } from '../codec.js';
+import { eventLine, serialiseDrafts, serialisedBytes } from '../codec.js';
 import { GroupCommit } from '../group-commit.js';
+import { UNBOUNDED, type LiveMemory } from '../recent-window.js';
+import { skipLines } from './line-index.js';
 import { replayTaskFiles } from './replay.js';
 import { openTaskFile, type TaskFile } from './task-file.js';
 
@@ -25,6 +27,10 @@ import { openTaskFile, type TaskFile } from './task-file.js';
  * group commit: every append made while a commit is in flight joins the next one, so fifty
  * concurrent senders share one write and one fdatasync per file. A reply waits on
  * `durable`, so what the server acknowledged is on disk.
+ *
+ * No event is kept in memory once written: `read` reads the lines from the file by offset,
+ * and of the offsets only the newest `memory.events` per task, and one in STRIDE before
+ * them (line-index.ts), so a live task's index stays small however long it runs.
  */
 export class JsonlEventLog implements EventLog {
   private readonly files = new Map<string, TaskFile>();
@@ -39,18 +45,22 @@ export class JsonlEventLog implements EventLog {
   constructor(
     private readonly dir: string,
     private readonly clock: Clock,
+    /** What of a live task is held in memory: here, how many of its newest line offsets (`events`). */
+    private readonly memory: LiveMemory = UNBOUNDED,
   ) {}
 
   async open(onEvent: (event: StoredEvent) => void, options: OpenOptions = {}): Promise<ReplayReport> {
-    return replayTaskFiles(this.dir, onEvent, options, this.files, this.archived);
+    return replayTaskFiles(this.dir, onEvent, options, this.files, this.archived, this.memory.events);
   }
 
-  append(drafts: readonly EventDraft[]): AppendResult {
+  append(drafts: readonly EventDraft[], admit?: (bytes: number) => void): AppendResult {
     if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
-    const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
+    const serialised = serialiseDrafts(drafts, (taskId) => {
       if (this.files.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
       if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
     });
+    admit?.(serialisedBytes(serialised));
+    const { heads, bodies, fields } = serialised;
     const perFile = new Map<string, number>();
     for (const d of drafts) perFile.set(d.task_id, (perFile.get(d.task_id) ?? 0) + 1);
     const ts = this.clock.now();
@@ -59,13 +69,13 @@ export class JsonlEventLog implements EventLog {
     const events: StoredEvent[] = [];
     for (let i = 0; i < drafts.length; i++) {
       const draft = drafts[i]!;
-      const file = openTaskFile(this.files, this.dir, draft.task_id);
-      const seq = file.offsets.length + 1;
+      const file = openTaskFile(this.files, this.dir, draft.task_id, this.memory.events);
+      const seq = file.lines.count + 1;
       let first = commits.get(draft.task_id);
       if (first === undefined) commits.set(draft.task_id, (first = seq));
       const event = { seq, ts, event: draft.event, task_id: draft.task_id, ...fields[i] } as StoredEvent;
       const line = eventLine(seq, ts, heads[i]!, bodies[i]!, first, perFile.get(draft.task_id)!);
-      file.offsets.push(file.end);
+      file.lines.push(file.end);
       file.end += Buffer.byteLength(line);
       file.pendingLines.push(line);
       file.pendingEvents.push(event);
@@ -131,8 +141,12 @@ export class JsonlEventLog implements EventLog {
     const from = Math.max(0, since);
     const upTo = Math.min(file.durableSeq, from + limit);
     if (upTo <= from) return [];
-    const start = file.offsets[from]!;
-    const end = upTo < file.offsets.length ? file.offsets[upTo]! : file.durableEnd;
+    // Below the window of offsets held, the lines are found on disk from the mark before them.
+    const start = file.lines.startOf(from + 1, file.fd);
+    const end =
+      upTo === file.durableSeq
+        ? file.durableEnd
+        : (file.lines.held(upTo + 1) ?? skipLines(file.fd, start, upTo - from));
     const buf = Buffer.allocUnsafe(end - start);
     let got = 0;
     while (got < buf.length) got += readSync(file.fd, buf, got, buf.length - got, start + got);
@@ -156,7 +170,7 @@ export class JsonlEventLog implements EventLog {
     const file = this.files.get(taskId);
     if (!file || file.quarantined) return null;
     // Lines queued or in a commit in flight: not yet all on disk, so not yet a closed history.
-    if (file.pendingLines.length > 0 || file.durableSeq !== file.offsets.length) return null;
+    if (file.pendingLines.length > 0 || file.durableSeq !== file.lines.count) return null;
     if (file.fd >= 0) closeSync(file.fd);
     this.files.delete(taskId);
     this.archived.add(taskId);
@@ -189,6 +203,15 @@ export class JsonlEventLog implements EventLog {
 
   durableSeq(taskId: string): number {
     return this.files.get(taskId)?.durableSeq ?? 0;
+  }
+
+  /** Every line of a live task's file can be read synchronously, from its offset or its mark. */
+  readFloor(_taskId: string): number {
+    return 0;
+  }
+
+  inMemory(taskId: string): { events: number; bytes: number } {
+    return { events: this.files.get(taskId)?.lines.heldCount ?? 0, bytes: 0 };
   }
 
   subscribe(taskId: string, listener: EventListener): () => void {

@@ -13,6 +13,7 @@ import path from 'node:path';
 import type { StoredEvent } from '../../events/catalogue.js';
 import type { ArchiveMark, OpenOptions, ReplayReport } from '../../events/event-log.js';
 import { scanLog } from './log-file.js';
+import { LineIndex } from './line-index.js';
 import { emptyFile, openTaskFile, type TaskFile } from './task-file.js';
 
 /**
@@ -24,8 +25,8 @@ import { emptyFile, openTaskFile, type TaskFile } from './task-file.js';
 const TASK_FILE = /^(.+)\.jsonl$/;
 
 /**
- * Replays the task files of `dir` into `onEvent`, filling `files` with each one's state and
- * `archived` with the tasks left on disk only.
+ * Replays the task files of `dir` into `onEvent`, filling `files` with each one's state
+ * (`window`: the line offsets each holds densely) and `archived` with the tasks left on disk only.
  */
 export function replayTaskFiles(
   dir: string,
@@ -33,6 +34,7 @@ export function replayTaskFiles(
   options: OpenOptions,
   files: Map<string, TaskFile>,
   archived: Set<string>,
+  window: number,
 ): ReplayReport {
   const report: ReplayReport = { cut: [], quarantined: [], archived: [] };
   for (const name of readdirSync(dir).sort()) {
@@ -50,14 +52,14 @@ export function replayTaskFiles(
     const stat = statSync(filePath);
     if (!stat.isFile()) {
       // A folder (or a device) by a task file's name: that task cannot load, the rest can.
-      files.set(taskId, { ...emptyFile(taskId, -1, 0), quarantined: true });
+      files.set(taskId, { ...emptyFile(taskId, -1, 0, window), quarantined: true });
       report.quarantined.push({ taskId, file: filePath, line: 0, reason: 'not a regular file' });
       continue;
     }
-    const file = openTaskFile(files, dir, taskId);
+    const file = openTaskFile(files, dir, taskId, window);
     const data = readFileSync(filePath);
     const scan = scanLog(data, taskId, onEvent);
-    file.offsets = scan.offsets;
+    file.lines = LineIndex.of(scan.offsets, window);
     file.end = file.durableEnd = scan.end;
     file.durableSeq = scan.offsets.length;
     if (scan.problem) {

@@ -2,6 +2,7 @@ import { fchmodSync, fstatSync, openSync } from 'node:fs';
 import { PRIVATE_FILE } from '../../util/durable-file.js';
 import path from 'node:path';
 import type { StoredEvent } from '../../events/catalogue.js';
+import { LineIndex } from './line-index.js';
 
 /**
  * What the JSONL log holds per task file, `events/{task_id}.jsonl`: its open fd, where each
@@ -11,8 +12,8 @@ import type { StoredEvent } from '../../events/catalogue.js';
 export interface TaskFile {
   taskId: string;
   fd: number;
-  /** Byte offset where each seq's line starts: offsets[seq - 1]. */
-  offsets: number[];
+  /** Where each seq's line starts (the newest densely, older ones by marks: line-index.ts); `lines.count` is the last seq. */
+  lines: LineIndex;
   /** Byte length once every appended line is written. */
   end: number;
   /** Byte length and seq that are on disk and synced. */
@@ -25,10 +26,10 @@ export interface TaskFile {
   quarantined: boolean;
 }
 
-export const emptyFile = (taskId: string, fd: number, size: number): TaskFile => ({
+export const emptyFile = (taskId: string, fd: number, size: number, window: number): TaskFile => ({
   taskId,
   fd,
-  offsets: [],
+  lines: new LineIndex(window),
   end: size,
   durableEnd: size,
   durableSeq: 0,
@@ -37,15 +38,18 @@ export const emptyFile = (taskId: string, fd: number, size: number): TaskFile =>
   quarantined: false,
 });
 
-/** The task's file of `files`, opened for appending (and created) in `dir` if it is not yet. */
-export function openTaskFile(files: Map<string, TaskFile>, dir: string, taskId: string): TaskFile {
+/**
+ * The task's file of `files`, opened for appending (and created) in `dir` if it is not yet;
+ * `window`: how many of its newest line offsets to hold.
+ */
+export function openTaskFile(files: Map<string, TaskFile>, dir: string, taskId: string, window: number): TaskFile {
   let file = files.get(taskId);
   if (file) return file;
   // The log is the server's alone: created 0600, and a file an older version made wider set so.
   const fd = openSync(path.join(dir, `${taskId}.jsonl`), 'a+', PRIVATE_FILE);
   const { size, mode } = fstatSync(fd);
   if ((mode & 0o777) !== PRIVATE_FILE) fchmodSync(fd, PRIVATE_FILE);
-  file = emptyFile(taskId, fd, size);
+  file = emptyFile(taskId, fd, size, window);
   files.set(taskId, file);
   return file;
 }

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { StoredEvent } from '../../events/catalogue.js';
+import type { LiveMemory } from '../recent-window.js';
 import type { WriterLease } from './lease.js';
 import { replayRow, taskLog, type TaskLog } from './replay.js';
 
@@ -24,8 +25,9 @@ export interface FollowedLog {
   follows(follower: Follower): boolean;
   /** The follower became the writer, or could not: the log follows no more. */
   stopFollowing(): void;
-  /** The log's memory, which a follower fills as a replay does. */
+  /** The log's memory, which a follower fills as a replay does (each task holding at most `memory` of its lines). */
   readonly tasks: Map<string, TaskLog>;
+  readonly memory: LiveMemory;
   /** Ended tasks the log holds as archived: a row of one is a history this log does not match. */
   readonly archived: ReadonlySet<string>;
   close(): Promise<void>;
@@ -128,7 +130,7 @@ export class Follower {
           this.diverged = `an event (seq ${row.seq}) of task ${row.task_id}, which this replica holds as archived`;
           return;
         }
-        const task = taskLog(this.log.tasks, row.task_id);
+        const task = taskLog(this.log.tasks, row.task_id, this.log.memory);
         if (!task.quarantined) {
           const problem = replayRow(task, row, this.onEvent);
           if (problem) {

@@ -1,4 +1,5 @@
 import type { Clock } from '../../util/clock.js';
+import type { LiveMemory } from '../recent-window.js';
 import { clientConfig, describeDatabaseUrl, DatabaseUnreachableError, SIDE_APPLICATION } from './connect.js';
 import type { LeaseOptions } from './lease.js';
 import { PgEventLog } from './log.js';
@@ -13,7 +14,7 @@ import type { RegistryState } from '../../registry/state.js';
  * events, rollups and plans in one database, its schema migrated first. Typed by what it
  * returns; `openStore` checks that against `Store`.
  */
-export async function openPgStore(url: string, clock: Clock, lease: LeaseOptions) {
+export async function openPgStore(url: string, clock: Clock, lease: LeaseOptions, memory: LiveMemory) {
   // Rollups and plans share a small pool; the log has a connection of its own. The driver is
   // loaded here, not at import: the embedded store never needs it.
   const { default: pg } = await import('pg');
@@ -37,7 +38,7 @@ export async function openPgStore(url: string, clock: Clock, lease: LeaseOptions
   return {
     kind: 'postgres' as const,
     where: describeDatabaseUrl(url),
-    log: new PgEventLog(url, clock, lease),
+    log: new PgEventLog(url, clock, lease, memory),
     plans: new PgPlanStore(pool, clock),
     archive: () => new PgArchiveIndex(pool),
     rollups: (state: RegistryState, onError?: (err: unknown) => void) => new PgRollups(pool, state, onError),

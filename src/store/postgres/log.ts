@@ -13,7 +13,8 @@ import {
   type ReplayReport,
 } from '../../events/event-log.js';
 import { GroupCommit } from '../group-commit.js';
-import { eventLine, serialiseDrafts } from '../codec.js';
+import { eventLine, serialiseDrafts, serialisedBytes } from '../codec.js';
+import { UNBOUNDED, type LiveMemory } from '../recent-window.js';
 import { commitRows } from './commit.js';
 import { Follower, type FollowedLog } from './follower.js';
 import { WriterLease, type LeaseOptions } from './lease.js';
@@ -34,8 +35,9 @@ import { replayStored, taskLog, type TaskLog } from './replay.js';
  * replays without the lease and follows the writer's commits (`follow`; `Follower`,
  * follower.ts) until it takes over (`promote`).
  *
- * Durable events of every task are kept in memory (their JSON lines), so `read` and
- * `durableSeq` stay synchronous as the interface asks.
+ * The newest durable events of every live task are kept in memory (their JSON lines, at
+ * most `memory` of them per task), so `read` and `durableSeq` stay synchronous as the
+ * interface asks; older ones are read from the table (`readStored`).
  */
 export class PgEventLog implements EventLog {
   private readonly tasks = new Map<string, TaskLog>();
@@ -59,6 +61,8 @@ export class PgEventLog implements EventLog {
     url: string,
     private readonly clock: Clock,
     options: LeaseOptions = {},
+    /** What of each live task is held in memory (BEIDOU_LIVE_EVENTS_IN_MEMORY, BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY). */
+    private readonly memory: LiveMemory = UNBOUNDED,
   ) {
     this.lease = new WriterLease(url, options, this.commits);
     this.followed = {
@@ -68,6 +72,7 @@ export class PgEventLog implements EventLog {
         this.follower = null;
       },
       tasks: this.tasks,
+      memory,
       archived: this.archived,
       close: () => this.close(),
     };
@@ -88,7 +93,14 @@ export class PgEventLog implements EventLog {
     this.lease.client = client;
     try {
       await this.lease.acquire(client);
-      const report = await replayStored(client, this.tasks, this.archived, onEvent, options, null);
+      const report = await replayStored(
+        client,
+        this.tasks,
+        this.archived,
+        onEvent,
+        { ...options, memory: this.memory },
+        null,
+      );
       this.lease.startRenewing();
       return report;
     } catch (err) {
@@ -120,7 +132,14 @@ export class PgEventLog implements EventLog {
     try {
       const { rows } = await client.query<{ pos: string }>('SELECT coalesce(max(pos), 0) AS pos FROM events');
       const upTo = Number(rows[0]!.pos);
-      const report = await replayStored(client, this.tasks, this.archived, onEvent, options, upTo);
+      const report = await replayStored(
+        client,
+        this.tasks,
+        this.archived,
+        onEvent,
+        { ...options, memory: this.memory },
+        upTo,
+      );
       this.follower = new Follower(this.followed, onEvent, upTo);
       await this.follower.listenForCommits(client);
       // What was committed between the replay's bound and the LISTEN told no one.
@@ -156,28 +175,30 @@ export class PgEventLog implements EventLog {
    */
   forget(taskId: string, mark: ArchiveMark): boolean {
     const task = this.tasks.get(taskId);
-    if (!task || task.quarantined || task.lines.length !== mark.lastSeq || task.pending.length > 0) return false;
+    if (!task || task.quarantined || task.lines.last !== mark.lastSeq || task.pending.length > 0) return false;
     this.tasks.delete(taskId);
     this.archived.add(taskId);
     return true;
   }
 
-  append(drafts: readonly EventDraft[]): AppendResult {
+  append(drafts: readonly EventDraft[], admit?: (bytes: number) => void): AppendResult {
     if (this.commits.failure) throw new EventLogFailedError(this.commits.failure);
     if (this.follower)
       throw new EventLogFailedError(
         new Error('this log follows the active replica and holds no lease: it cannot append'),
       );
-    const { heads, bodies, fields } = serialiseDrafts(drafts, (taskId) => {
+    const serialised = serialiseDrafts(drafts, (taskId) => {
       if (this.tasks.get(taskId)?.quarantined) throw new TaskQuarantinedError(taskId);
       if (this.archived.has(taskId)) throw new TaskArchivedError(taskId);
     });
+    admit?.(serialisedBytes(serialised));
+    const { heads, bodies, fields } = serialised;
     const ts = this.clock.now();
     const events: StoredEvent[] = [];
     const touched = new Set<TaskLog>();
     for (let i = 0; i < drafts.length; i++) {
       const draft = drafts[i]!;
-      const task = taskLog(this.tasks, draft.task_id);
+      const task = taskLog(this.tasks, draft.task_id, this.memory);
       const seq = ++task.assigned;
       const event = { seq, ts, event: draft.event, task_id: draft.task_id, ...fields[i] } as StoredEvent;
       // The same JSON as a JSONL line, without commit markers: a commit here is one transaction.
@@ -212,20 +233,32 @@ export class PgEventLog implements EventLog {
     const task = this.tasks.get(taskId);
     if (!task || limit <= 0) return [];
     const from = Math.max(0, since);
-    const upTo = Math.min(task.lines.length, from + limit);
+    if (from + 1 < task.lines.first && from < task.lines.last)
+      throw new Error(`events of task ${taskId} after seq ${from} are no longer in memory: read them with readStored`);
+    const upTo = Math.min(task.lines.last, from + limit);
     const out: StoredEvent[] = [];
-    for (let i = from; i < upTo; i++) out.push(JSON.parse(task.lines[i]!) as StoredEvent);
+    for (let seq = from + 1; seq <= upTo; seq++) out.push(JSON.parse(task.lines.at(seq)!) as StoredEvent);
     return out;
+  }
+
+  readFloor(taskId: string): number {
+    const task = this.tasks.get(taskId);
+    return task ? task.lines.first - 1 : 0;
+  }
+
+  inMemory(taskId: string): { events: number; bytes: number } {
+    const held = this.tasks.get(taskId)?.lines.held;
+    return { events: held?.count ?? 0, bytes: held?.weight ?? 0 };
   }
 
   unload(taskId: string): ArchiveMark | null {
     const task = this.tasks.get(taskId);
     if (!task || task.quarantined) return null;
     // Rows pending or in a commit in flight: not yet a closed history.
-    if (task.pending.length > 0 || task.assigned !== task.lines.length) return null;
+    if (task.pending.length > 0 || task.assigned !== task.lines.last) return null;
     this.tasks.delete(taskId);
     this.archived.add(taskId);
-    return { lastSeq: task.lines.length, bytes: null };
+    return { lastSeq: task.lines.last, bytes: null };
   }
 
   isArchived(taskId: string): boolean {
@@ -233,18 +266,25 @@ export class PgEventLog implements EventLog {
   }
 
   async readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]> {
-    if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
-    // On the log's own connection: an archived task is read rarely, and in one statement.
+    const floor = this.readFloor(taskId);
+    if (!this.archived.has(taskId) && since >= floor) return this.read(taskId, since, limit);
+    // On the log's own connection: older events are read rarely, a page in one statement.
     const client = (this.lease.client ??= await this.lease.reconnect());
-    const { rows } = await client.query<{ body: string }>(
-      'SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
-      [taskId, since, limit],
-    );
+    const { rows } = this.archived.has(taskId)
+      ? await client.query<{ body: string }>(
+          'SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
+          [taskId, since, limit],
+        )
+      : // A live task's events below its window: those rows only, the rest from memory at the next page.
+        await client.query<{ body: string }>(
+          'SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4',
+          [taskId, since, floor, limit],
+        );
     return rows.map((r) => JSON.parse(r.body) as StoredEvent);
   }
 
   durableSeq(taskId: string): number {
-    return this.tasks.get(taskId)?.lines.length ?? 0;
+    return this.tasks.get(taskId)?.lines.last ?? 0;
   }
 
   subscribe(taskId: string, listener: EventListener): () => void {

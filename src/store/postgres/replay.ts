@@ -1,17 +1,22 @@
 import type pg from 'pg';
 import type { StoredEvent } from '../../events/catalogue.js';
 import type { ArchiveMark, OpenOptions, ReplayReport } from '../../events/event-log.js';
+import { RecentWindow, type LiveMemory } from '../recent-window.js';
 
 /**
- * The PostgreSQL log's memory of each task (its durable JSON lines) and how it is filled
+ * The PostgreSQL log's memory of each task (its newest durable JSON lines) and how it is filled
  * from the `events` table: the replay at `open` and `follow`, and the check of each row
  * as the JSONL replay checks a line (a follower applies what it reads the same way).
  */
 
 export interface TaskLog {
   taskId: string;
-  /** The JSON of each durable event: lines[seq - 1]. Served by `read` (which stays synchronous). */
-  lines: string[];
+  /**
+   * The JSON of the newest durable events, within BEIDOU_LIVE_EVENTS_IN_MEMORY and
+   * BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY (characters, about bytes): served by `read`, which
+   * stays synchronous; older ones are read from the table. `lines.last` is the durable seq.
+   */
+  lines: RecentWindow<string>;
   /** Assigned but not yet handed to a commit, in seq order. */
   pending: Array<{ event: StoredEvent; line: string }>;
   /** The last seq assigned (durable, in a commit in flight, or pending). */
@@ -23,24 +28,28 @@ export interface TaskLog {
 /** Rows read per query at start. */
 const REPLAY_PAGE = 5_000;
 
-/** The task's log in `tasks`, a new empty one if it has none yet. */
-export function taskLog(tasks: Map<string, TaskLog>, taskId: string): TaskLog {
+/** The task's log in `tasks`, a new empty one (holding at most `memory` of its lines) if it has none yet. */
+export function taskLog(tasks: Map<string, TaskLog>, taskId: string, memory: LiveMemory): TaskLog {
   let task = tasks.get(taskId);
-  if (!task) tasks.set(taskId, (task = { taskId, lines: [], pending: [], assigned: 0, quarantined: false }));
+  if (!task) {
+    const lines = new RecentWindow<string>(memory.events, memory.bytes, (line) => line.length);
+    tasks.set(taskId, (task = { taskId, lines, pending: [], assigned: 0, quarantined: false }));
+  }
   return task;
 }
 
 /**
- * Replays the stored events into `tasks` but those of archived tasks whose mark still
- * matches (added to `archived`), up to position `upTo` (null: all; a follower reads the
- * rest as it follows). A task whose rows fail verification is quarantined, not the replay.
+ * Replays the stored events into `tasks` (each holding at most `memory` of its lines) but
+ * those of archived tasks whose mark still matches (added to `archived`), up to position
+ * `upTo` (null: all; a follower reads the rest as it follows). A task whose rows fail
+ * verification is quarantined, not the replay.
  */
 export async function replayStored(
   client: pg.Client,
   tasks: Map<string, TaskLog>,
   archived: Set<string>,
   onEvent: (event: StoredEvent) => void,
-  options: OpenOptions,
+  options: OpenOptions & { memory: LiveMemory },
   upTo: number | null,
 ): Promise<ReplayReport> {
   const skipped = options.archived?.size ? await matchingMarks(client, options.archived) : [];
@@ -58,7 +67,7 @@ export async function replayStored(
       only ? [after[0], after[1], REPLAY_PAGE, only] : [after[0], after[1], REPLAY_PAGE],
     );
     for (const row of rows) {
-      const task = taskLog(tasks, row.task_id);
+      const task = taskLog(tasks, row.task_id, options.memory);
       if (task.quarantined) continue;
       const problem = replayRow(task, row, onEvent);
       if (problem) {
@@ -83,7 +92,7 @@ export function replayRow(
   row: { task_id: string; seq: number; body: string },
   onEvent: (event: StoredEvent) => void,
 ): string | null {
-  const expected = task.lines.length + 1;
+  const expected = task.lines.last + 1;
   if (row.seq !== expected) return `seq ${row.seq}, expected ${expected}`;
   let event: StoredEvent;
   try {
