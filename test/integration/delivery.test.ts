@@ -127,9 +127,13 @@ const handedOver = (ids: string[]) => (events: AnyEvent[]) =>
       (e.event === 'agent_input' && ids.includes(e.message_id)),
   );
 
+// These fill an inbox with the largest messages and then wait on every event of the task, read
+// back in memory (`durableEvents`): a PostgreSQL replica keeps 32 MiB of a live task by default.
+const WHOLE_TASK_IN_MEMORY = { env: { BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY: String(512 * 2 ** 20) } };
+
 describe('a reply that never reaches its client', () => {
   it('read_inbox: a connection dropped before the reply leaves every message in the inbox', async () => {
-    ts = await startTestServer();
+    ts = await startTestServer(WHOLE_TASK_IN_MEMORY);
     const task = await createTask(ts);
     const ids = await fill(
       async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id,
@@ -170,7 +174,7 @@ describe('a reply that never reaches its client', () => {
   }, 60_000);
 
   it('a second read while the first reply is in flight gets none of its messages', async () => {
-    ts = await startTestServer();
+    ts = await startTestServer(WHOLE_TASK_IN_MEMORY);
     const task = await createTask(ts);
     const ids = await fill(
       async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id,
@@ -192,7 +196,7 @@ describe('a reply that never reaches its client', () => {
   }, 60_000);
 
   it('the hook: a connection dropped before the reply leaves every message in the inbox, then marks them [redelivered]', async () => {
-    ts = await startTestServer();
+    ts = await startTestServer(WHOLE_TASK_IN_MEMORY);
     const task = await createTask(ts);
     const ids = await fill(
       async (content) => (await ts!.api('POST', `/agents/${task.root_agent_id}/send`, { content })).body.message_id,

@@ -15,6 +15,11 @@ export function durableEvents(ts: TestServer, taskId: string): AnyEvent[] {
   const log = ts.server.services.registry.log;
   const out: AnyEvent[] = [];
   let since = 0;
+  const floor = log.readFloor(taskId);
+  if (floor > 0)
+    throw new Error(
+      `task ${taskId} has events older than the log keeps in memory (from seq ${floor + 1}): raise BEIDOU_LIVE_EVENTS_IN_MEMORY / BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY for this test`,
+    );
   for (;;) {
     const batch = log.read(taskId, since, 10_000) as AnyEvent[];
     if (batch.length === 0) return out;
