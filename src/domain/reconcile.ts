@@ -43,7 +43,8 @@ export function reconcile(
   const runs = new Set(reported.map((r) => r.agent_id));
   for (const r of reported) {
     const agent = state.agents.get(r.agent_id);
-    if (!agent || !spawnerTakes(taskIds, agent.task_id)) out.stop.push({ agent_id: r.agent_id, reason: 'unknown_agent' });
+    if (!agent || !spawnerTakes(taskIds, agent.task_id))
+      out.stop.push({ agent_id: r.agent_id, reason: 'unknown_agent' });
     else if (agent.terminate_consumed) out.stop.push({ agent_id: r.agent_id, reason: 'terminated' });
     else if (agent.spawner_id !== spawnerId) out.stop.push({ agent_id: r.agent_id, reason: 'reassigned' });
   }

@@ -62,7 +62,8 @@ export function heldAgentsRevoked(
   const drafts: Draft<'agent.tokens_revoked'>[] = [];
   for (const [agentId, spawnerId] of held) {
     const agent = state.agents.get(agentId);
-    if (agent && agent.spawner_id === spawnerId && !agent.terminate_consumed) drafts.push(agentTokensRevoked(agent, now));
+    if (agent && agent.spawner_id === spawnerId && !agent.terminate_consumed)
+      drafts.push(agentTokensRevoked(agent, now));
   }
   return drafts;
 }

@@ -205,7 +205,7 @@ describe('the revocation events in the reducer', () => {
     expect(state.tasks.size).toBe(0);
   });
 
-  it("revoke-spawners: the agents a spawner held then, and holds still, have their tokens revoked, one commit per task", () => {
+  it('revoke-spawners: the agents a spawner held then, and holds still, have their tokens revoked, one commit per task', () => {
     const state = boot();
     const held = spawnerHeldAgents(state);
     expect([...held]).toEqual([['tsk_a', new Map([['ag_a', 'sp_1.x']])]]);

@@ -149,12 +149,8 @@ export class SpawnerHub {
    */
   private async reconcile(spawnerId: string, reported: RunningAgent[], taskIds: string[] | null): Promise<void> {
     this.connections.report(spawnerId, reported);
-    const outcome = reconcile(
-      this.deps.domain,
-      { spawnerId, taskIds },
-      reported,
-      this.deps.clock.now(),
-      (id) => this.startedAt.get(id),
+    const outcome = reconcile(this.deps.domain, { spawnerId, taskIds }, reported, this.deps.clock.now(), (id) =>
+      this.startedAt.get(id),
     );
     const conn = this.connections.get(spawnerId);
     // Sent at once, before any commit is awaited, so a launch the scheduler assigns it later follows the stop.

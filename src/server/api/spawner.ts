@@ -105,7 +105,16 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
     });
     // Checked again as it registers (its token may have been revoked, or another instance of
     // it connected, while the stream opened): refused, the stream just ends.
-    spawners.connect({ spawnerId: id, name: name || id, maxAgents: max_agents, taskIds, tokenId, gen, send, close: end });
+    spawners.connect({
+      spawnerId: id,
+      name: name || id,
+      maxAgents: max_agents,
+      taskIds,
+      tokenId,
+      gen,
+      send,
+      close: end,
+    });
   });
 
   api.post('/heartbeat', async (req, res) => {

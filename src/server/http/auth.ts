@@ -90,7 +90,10 @@ export class Authenticator {
     if (principal.kind === 'spawner') {
       const standing = spawnerTokenStanding(registry.state, principal.gen, registry.quarantined.has(SYSTEM_LOG));
       if (standing === 'token_revoked')
-        return new AuthRefusal('token_revoked', 'this spawner token was revoked; mint a new one (beidou token --spawner)');
+        return new AuthRefusal(
+          'token_revoked',
+          'this spawner token was revoked; mint a new one (beidou token --spawner)',
+        );
       if (standing === 'system_log_quarantined')
         return new AuthRefusal(
           'system_log_quarantined',
