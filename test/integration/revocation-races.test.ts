@@ -60,14 +60,15 @@ describe('revocation racing a request in flight', () => {
       postToolUse: slow('POST', '/api/hook/post-tool-use', '{}'),
       preToolUse: slow('POST', '/api/hook/pre-tool-use', JSON.stringify({ tool_name: 'TodoWrite' })),
       mcp: slow('POST', '/mcp', initialize),
+      // A GET with a body is read like any other before its route runs.
+      sse: slow('GET', '/sse', '{}'),
     };
-    const sse = slow('GET', '/sse', '{}');
-    await Promise.all([...Object.values(requests), sse].map((r) => r.sent));
+    await Promise.all(Object.values(requests).map((r) => r.sent));
     await serverCaughtUp(ts);
     const before = durableEvents(ts, task.task_id).length;
 
     expect((await ts.api('POST', `/agents/${task.root_agent_id}/revoke-tokens`, {})).status).toBe(200);
-    for (const r of [...Object.values(requests), sse]) r.finish();
+    for (const r of Object.values(requests)) r.finish();
 
     for (const [name, r] of Object.entries(requests)) {
       const answer = await r.response();
@@ -77,9 +78,8 @@ describe('revocation racing a request in flight', () => {
         error: 'token_revoked',
       });
     }
-    // The legacy SSE stream (a GET: its body is never waited for) ends with its token.
-    await within(sse.closed, WAIT_MS, 'the /sse connection to close');
-    expect(sse.text()).not.toContain('SECRET');
+    await within(requests.sse.closed, WAIT_MS, 'the /sse connection to close');
+    expect(requests.sse.text()).not.toContain('SECRET');
     expect(ts.server.mcpSessions()).toBe(0);
     // Nothing was taken from the inbox nor committed under the revoked identity.
     const after = durableEvents(ts, task.task_id).slice(before);
@@ -112,13 +112,13 @@ describe('revocation racing a request in flight', () => {
       ack: slow('POST', '/ack', JSON.stringify({ type: 'terminate', agent_id: agent })),
       started: slow('POST', `/agents/${agent}/started`, '{}'),
       events: slow('POST', `/agents/${agent}/events`, JSON.stringify({ events: [] })),
+      stream: slow('GET', '/stream?max_agents=4&name=evil', '{}'),
     };
-    const stream = slow('GET', '/stream?max_agents=4&name=evil', '{}');
-    await Promise.all([...Object.values(posts), stream].map((r) => r.sent));
+    await Promise.all(Object.values(posts).map((r) => r.sent));
     await serverCaughtUp(ts);
 
     expect((await ts.api('POST', '/spawner-tokens/revoke', {})).status).toBe(200);
-    for (const r of [...Object.values(posts), stream]) r.finish();
+    for (const r of Object.values(posts)) r.finish();
     for (const [name, r] of Object.entries(posts)) {
       const answer = await r.response();
       expect({ name, status: answer.status, error: JSON.parse(answer.body).error }).toEqual({
@@ -134,8 +134,8 @@ describe('revocation racing a request in flight', () => {
     const task = (await ts.api('POST', '/tasks', { task: 'launched after the revocation' })).body;
     const assigned = await waitForEvent(ts, task.task_id, (e) => e.event === 'launch.assigned');
     expect(assigned.spawner_id).toMatch(/\.good$/);
-    await within(stream.closed, WAIT_MS, 'the revoked stream to close');
-    expect(stream.text()).not.toContain('"type":"launch"');
+    await within(posts.stream.closed, WAIT_MS, 'the revoked stream to close');
+    expect(posts.stream.text()).not.toContain('"type":"launch"');
   });
 
   it('does not send a launch whose agent had its tokens revoked while the launch token was minted', async () => {

@@ -11,11 +11,6 @@ const BODY_LIMIT = '4mb';
 const parseJson = express.json({ limit: BODY_LIMIT, strict: false });
 
 export function jsonBody(req: Request, res: Response, next: NextFunction): void {
-  // No route takes a body on GET or HEAD: one sent is never waited for (app.ts closes its connection after the answer).
-  if (req.method === 'GET' || req.method === 'HEAD') {
-    next();
-    return;
-  }
   parseJson(req, res, (err?: unknown) => next(err === undefined ? undefined : bodyError(err)));
 }
 
