@@ -60,7 +60,7 @@ const configSchema = z.object({
   maxPlanTasks: count(1000),
   maxTeamsPerLeader: count(100),
   maxContentChars: count(200_000),
-  /** The most agents one spawner stream may ask to run (`--max-agents`); more is refused, `limit_exceeded`. */
+  /** The most agents one spawner token may run, its instances together (`--max-agents`); more is refused, `limit_exceeded`. */
   maxAgentsPerSpawner: z.coerce
     .number({ error: 'must be a number' })
     .int('must be an integer')

@@ -183,6 +183,8 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
     `beidou spawner serving ${serverUrl} with the ${adapter.name} adapter (max ${maxAgents} agents; spool ${spoolDir}; sandbox ${sandbox.mode})\n`,
   );
   await instance.run();
+  // Refused for good (its token, its --max-agents): say so and exit 1 rather than retry for ever.
+  if (instance.refusal) throw new CliError(instance.refusal, 1);
 }
 
 /** A saved token still good for a day (its `exp` read without verifying: the server will). */

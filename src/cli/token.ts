@@ -44,7 +44,7 @@ export async function token(opts: TokenOptions): Promise<void> {
 }
 
 export async function revokeSpawners(opts: ClientOptions & { json?: boolean }): Promise<void> {
-  const revoked = await api<{ ok: true; before: number; streams_closed: number }>(
+  const revoked = await api<{ ok: true; before: number; gen: number; streams_closed: number; agents_revoked: number }>(
     opts,
     'POST',
     '/spawner-tokens/revoke',
@@ -52,7 +52,8 @@ export async function revokeSpawners(opts: ClientOptions & { json?: boolean }): 
   );
   if (opts.json) return printJson(revoked);
   const n = revoked.streams_closed;
+  const a = revoked.agents_revoked;
   process.stdout.write(
-    `every spawner token minted until now is refused (${n} spawner stream${n === 1 ? '' : 's'} closed); mint a new one with beidou token --spawner\n`,
+    `every spawner token minted until now is refused (${n} spawner stream${n === 1 ? '' : 's'} closed; the tokens of the ${a} agent${a === 1 ? '' : 's'} they held revoked too); mint a new one with beidou token --spawner\n`,
   );
 }

@@ -99,3 +99,29 @@ export function assertInboxRoom(
 export function agentOrNull(state: RegistryState, id: string): AgentRecord | null {
   return state.agents.get(id) ?? null;
 }
+
+/**
+ * Whether one more instance of a spawner token may open its stream asking for `asked` agents,
+ * its token's other connected instances asking for `others` together: the instances of one
+ * token share BEIDOU_MAX_AGENTS_PER_SPAWNER. Null: it may.
+ */
+export function spawnerTokenRoom(
+  config: Pick<Config, 'maxAgentsPerSpawner'>,
+  others: number,
+  asked: number,
+): DomainError | null {
+  const bound = config.maxAgentsPerSpawner;
+  if (others + asked <= bound) return null;
+  const setting = settingName('maxAgentsPerSpawner');
+  const message =
+    others === 0
+      ? `max_agents: this server lets one spawner token run at most ${bound} agents (${setting}); start it with --max-agents ${bound} or fewer`
+      : `max_agents: this server lets one spawner token run at most ${bound} agents (${setting}), and its other connected instances ask for ${others}; start this one with --max-agents ${Math.max(0, bound - others)} or fewer, or give it a token of its own`;
+  return new DomainError('limit_exceeded', message, {
+    limit: 'agents_per_spawner',
+    max: bound,
+    setting,
+    field: 'max_agents',
+    other_instances: others,
+  });
+}

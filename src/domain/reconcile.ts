@@ -2,6 +2,7 @@ import type { EventDraft } from '../events/catalogue.js';
 import type { RunningAgent, StopCommand } from '../protocol/spawner.js';
 import { USER, type AgentRecord } from '../registry/state.js';
 import type { DomainContext } from './context.js';
+import { spawnerTakes } from './revocation.js';
 import { agentsOf, spawnerReport } from './spawners.js';
 
 /**
@@ -23,14 +24,16 @@ export interface Reconciliation {
 }
 
 /**
- * `reported` is what the spawner runs; `startedAt(agent)` when this server recorded the
- * agent's latest start (undefined: before this server process), in clock seconds. An
- * agent started less than one heartbeat ago may be missing from a report sent just before
- * its launch arrived: it is not absent yet (the next report decides).
+ * `spawner`: its id and the tasks its token is limited to (null: any); `reported` is what it
+ * runs; `startedAt(agent)` when this server recorded the agent's latest start (undefined:
+ * before this server process), in clock seconds. An agent started less than one heartbeat
+ * ago may be missing from a report sent just before its launch arrived: it is not absent
+ * yet (the next report decides). An agent outside a limited spawner's tasks is answered as
+ * one that does not exist: its report tells it nothing of other tasks.
  */
 export function reconcile(
   ctx: DomainContext,
-  spawnerId: string,
+  { spawnerId, taskIds }: { spawnerId: string; taskIds: readonly string[] | null },
   reported: readonly RunningAgent[],
   now: number,
   startedAt: (agentId: string) => number | undefined,
@@ -40,7 +43,8 @@ export function reconcile(
   const runs = new Set(reported.map((r) => r.agent_id));
   for (const r of reported) {
     const agent = state.agents.get(r.agent_id);
-    if (!agent) out.stop.push({ agent_id: r.agent_id, reason: 'unknown_agent' });
+    if (!agent || !spawnerTakes(taskIds, agent.task_id))
+      out.stop.push({ agent_id: r.agent_id, reason: 'unknown_agent' });
     else if (agent.terminate_consumed) out.stop.push({ agent_id: r.agent_id, reason: 'terminated' });
     else if (agent.spawner_id !== spawnerId) out.stop.push({ agent_id: r.agent_id, reason: 'reassigned' });
   }

@@ -277,12 +277,13 @@ export const EVENT_FIELDS = {
 
   // ---- revocation (docs/security.md), by the admin ----
   /**
-   * Standalone: every token minted for the agent at or before `before` (clock seconds, to the
-   * millisecond) is refused. `spawner_id`: the spawner that held it, whose process is stopped so
-   * the agent is launched again with a fresh token (null: no spawner held it, or it is being terminated).
+   * Standalone: every token minted for the agent until now is refused (each one moves the
+   * agent's revocation generation on; `before`: the server's clock then, for people).
+   * `spawner_id`: the spawner that held it, whose process is stopped so the agent is launched
+   * again with a fresh token (null: no spawner held it, or it is being terminated).
    */
   'agent.tokens_revoked': z.object({ agent_id: id, before: z.number(), spawner_id: nullableId }),
-  /** Standalone, in the system log (SYSTEM_LOG): every spawner token minted at or before `before` is refused. */
+  /** Standalone, in the system log (SYSTEM_LOG): every spawner token minted until now is refused (`before`: as above). */
   'spawner_tokens.revoked': z.object({ before: z.number() }),
 
   // ---- drained from agent processes by the spawner (validated on arrival) ----

@@ -1,31 +1,15 @@
 /**
- * When a token counts as revoked: pure arithmetic on times (clock seconds), to the
- * millisecond. A revocation refuses every token minted at or before its `before`; a token
- * minted after it is dated strictly later, even within the same millisecond (or under a clock
- * that has not moved), so "before now" never refuses the token handed out right after it.
+ * When a token counts as revoked (docs/security.md, "Revocation"): by generation, not by
+ * clock. Each revocation is an event, and the events reduce into a generation (per agent: its
+ * `agent.tokens_revoked` events; for spawner tokens: the `spawner_tokens.revoked` events); a
+ * token carries the generation it was minted in (its `gen` claim; absent on older tokens: 0)
+ * and works only while that is the current one. The order is the log's, so no replica's clock,
+ * ahead, behind or stepped back, can let a revoked token through.
  */
 
-/** Milliseconds, the precision of a token's `iat` and of a revocation's `before`. */
-const ms = (seconds: number) => Math.round(seconds * 1000);
-
-/** Whether a token minted at `iat` is refused by a revocation at `before` (null: none). Inclusive. */
-export function revokedBy(iat: number, before: number | null | undefined): boolean {
-  return before !== null && before !== undefined && ms(iat) <= ms(before);
-}
-
-/**
- * The `iat` of a token minted at `now` after the revocation `after` (null: none): `now`, or a
- * millisecond past `after` when the clock has not moved past it.
- */
-export function issuedAt(now: number, after: number | null | undefined): number {
-  const floor = after === null || after === undefined ? -Infinity : ms(after) + 1;
-  return Math.max(ms(now), floor) / 1000;
-}
-
-/**
- * The `before` of a revocation at `now` following `previous` (null: the first): every token
- * minted so far has `iat` at or below it, those minted after `previous` at `previous` + 1 ms included.
- */
-export function revocationCutoff(now: number, previous: number | null | undefined): number {
-  return issuedAt(now, previous);
+/** Whether a token of generation `gen` works now that the current one is `current`. */
+export function currentGeneration(gen: number, current: number): boolean {
+  // Equal, not "at least": a token of a later generation than the log knows (minted from
+  // a revocation that a crash kept off the disk) would otherwise survive the next revocation.
+  return gen === current;
 }

@@ -5,13 +5,12 @@ import * as joseErrors from 'jose/errors';
 import { jwtVerify } from 'jose/jwt/verify';
 import { SignJWT } from 'jose/jwt/sign';
 import { systemClock, type Clock } from '../util/clock.js';
-import { issuedAt } from './revocation.js';
 
 /**
  * Agent and spawner tokens: JWTs signed HS256. Claims (docs/api.md, Authentication): `sub` (the agent id,
  * or the spawner's id), `task_id` (agents), `task_ids` (a spawner limited to those tasks), `kind`,
- * `iss` = `aud` = "beidou", `iat` (to the millisecond, so a revocation can tell tokens of the same
- * second apart), `exp`, `jti`. Verified tokens are cached by their string until `exp`, since
+ * `gen` (the revocation generation it was minted in: identity/revocation.ts), `iss` = `aud` =
+ * "beidou", `iat`, `exp`, `jti`. Verified tokens are cached by their string until `exp`, since
  * verification is on the hot path of every tool call; revocation is checked after the cache, by
  * the caller (server/http/auth.ts), against the state.
  */
@@ -28,15 +27,15 @@ export interface TokenClaims {
   /** A spawner token limited to these tasks' launches (absent: any task). */
   task_ids?: string[];
   jti: string;
-  /** When it was minted: Unix seconds with millisecond precision (older tokens: whole seconds). */
+  /** The revocation generation it was minted in (0 for tokens minted before generations). */
+  gen: number;
   iat: number;
   exp: number;
 }
 
-/** What a mint may be told: the latest revocation it must be dated after. */
+/** What a mint is told: the revocation generation of what the token is for (its agent's, or the spawner tokens'). */
 export interface MintOptions {
-  /** A revocation's `before`: the token's `iat` is set later than it, even within the same millisecond. */
-  after?: number | null;
+  gen?: number;
 }
 
 export type TokenRefusal = 'invalid_token' | 'token_expired' | 'invalid_claims';
@@ -78,10 +77,9 @@ export class TokenService {
   }
 
   private async mint(claims: Record<string, unknown>, subject: string, opts: MintOptions): Promise<string> {
-    // Millisecond precision, and after the latest revocation the caller knows of: a token
-    // minted right after a revocation (the same second, the same millisecond) is not refused by it.
-    const iat = issuedAt(this.clock.now(), opts.after);
-    return new SignJWT(claims)
+    // The clock dates it for people and expiry only: revocation goes by `gen`.
+    const iat = Math.floor(this.clock.now());
+    return new SignJWT({ ...claims, gen: opts.gen ?? 0 })
       .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
       .setSubject(subject)
       .setIssuer(ISSUER)
@@ -117,9 +115,12 @@ export class TokenService {
       }
       throw new TokenError('invalid_token', 'the token is malformed or its signature does not verify');
     }
-    const { sub, kind, task_id, task_ids, jti, iat, exp } = payload as Record<string, unknown>;
+    const { sub, kind, task_id, task_ids, jti, iat, exp, gen } = payload as Record<string, unknown>;
     if (typeof sub !== 'string' || typeof jti !== 'string' || typeof exp !== 'number' || typeof iat !== 'number') {
       throw new TokenError('invalid_claims', 'the token lacks sub, jti, iat or exp');
+    }
+    if (gen !== undefined && !(Number.isSafeInteger(gen) && (gen as number) >= 0)) {
+      throw new TokenError('invalid_claims', 'the token\'s "gen" claim must be a whole number, 0 or more');
     }
     if (kind !== 'agent' && kind !== 'spawner') {
       throw new TokenError('invalid_claims', 'the token\'s "kind" claim must be "agent" or "spawner"');
@@ -140,6 +141,7 @@ export class TokenService {
       sub,
       kind,
       jti,
+      gen: (gen as number | undefined) ?? 0,
       iat,
       exp,
       ...(typeof task_id === 'string' ? { task_id } : {}),

@@ -113,7 +113,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         sent_count: 0,
         launch: null,
         spawner_id: null,
-        tokens_revoked_before: null,
+        tokens_gen: 0,
         session_id: null,
         started: false,
         running: false,
@@ -394,7 +394,8 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
     case 'agent.tokens_revoked': {
       const agent = state.agents.get(e.agent_id);
       if (!agent) return;
-      agent.tokens_revoked_before = Math.max(agent.tokens_revoked_before ?? e.before, e.before);
+      // Counted in the log's order: every token of an earlier generation is refused.
+      agent.tokens_gen++;
       // Its process holds a refused token: stopped, and queued for a launch with a fresh one.
       if (e.spawner_id && agent.spawner_id === e.spawner_id) {
         agent.spawner_id = null;
@@ -404,7 +405,7 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       return;
     }
     case 'spawner_tokens.revoked':
-      state.spawner_tokens_revoked_before = Math.max(state.spawner_tokens_revoked_before ?? e.before, e.before);
+      state.spawner_tokens_gen++;
       return;
     case 'agent_started': {
       const agent = state.agents.get(e.agent_id);

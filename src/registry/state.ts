@@ -119,8 +119,8 @@ export interface AgentRecord {
   launch: LaunchRequest | null;
   /** The spawner running (or about to run) this agent, if any. */
   spawner_id: string | null;
-  /** Tokens of this agent minted at or before this time (clock seconds) are refused (`agent.tokens_revoked`); null: none. */
-  tokens_revoked_before: number | null;
+  /** Its revocation generation: how many `agent.tokens_revoked` it has had; only its tokens of this one work. */
+  tokens_gen: number;
   /** The session a resume continues (Claude Code's session id, or the command adapter's). */
   session_id: string | null;
   /** Whether the agent ever ran (a spawner started it, or it called a tool). */
@@ -251,8 +251,8 @@ export interface RegistryState {
   questions: Map<string, QuestionRecord>;
   /** Per spawner id, the highest spool sequence committed (`spawner.spooled`): a report at or below it is a replay. */
   spool_hwm: Map<string, number>;
-  /** Spawner tokens minted at or before this time (clock seconds) are refused (`spawner_tokens.revoked`); null: none. */
-  spawner_tokens_revoked_before: number | null;
+  /** The spawner tokens' revocation generation: how many `spawner_tokens.revoked`; only tokens of this one work. */
+  spawner_tokens_gen: number;
 }
 
 export function emptyState(): RegistryState {
@@ -263,6 +263,6 @@ export function emptyState(): RegistryState {
     plans: new Map(),
     questions: new Map(),
     spool_hwm: new Map(),
-    spawner_tokens_revoked_before: null,
+    spawner_tokens_gen: 0,
   };
 }

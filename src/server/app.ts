@@ -8,7 +8,7 @@ import { hookApi } from './api/hook.js';
 import { hostGuard } from './http/host-guard.js';
 import { spawnerApi } from './api/spawner.js';
 import { tokensApi } from './api/tokens.js';
-import type { Authenticator } from './http/auth.js';
+import { AuthRefusal, refuse, type Authenticator } from './http/auth.js';
 import { ApiError, sendError, toApiError } from './http/errors.js';
 import type { McpSessions } from './mcp/index.js';
 import type { TasksFeed } from './api/tasks-stream.js';
@@ -16,7 +16,7 @@ import type { TasksFeed } from './api/tasks-stream.js';
 /**
  * The HTTP surface: OAuth discovery 404s, the MCP endpoint, the admin API. Thin by design.
  * No body parser here: each authenticated route parses its body after its token is checked
- * (`jsonBody` in body.ts), so a request without a valid token costs no body read.
+ * (`Authenticator.admit`), so a request without a valid token costs no body read.
  */
 export interface AppParts {
   auth: Authenticator;
@@ -91,6 +91,8 @@ export function buildApp(
   });
 
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    // A token that stopped standing while its request waited (Authenticator.assertStanding).
+    if (err instanceof AuthRefusal && !res.headersSent) return refuse(res, err);
     const known = toApiError(err) ?? paramError(err);
     if (!known) logger.error({ err, method: req.method, path: req.path }, 'request failed');
     if (res.headersSent) return void res.end();

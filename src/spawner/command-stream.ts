@@ -24,8 +24,11 @@ export interface CommandStreamOptions {
   heartbeatS: () => number;
   /** Handles one command; the next waits for it. */
   handle: (command: SpawnerCommand) => Promise<void>;
-  /** The server refused this spawner's token (401): the spawner stops. */
-  tokenRefused: () => void;
+  /**
+   * The server refused this spawner for good, `why` (its token: 401; or its `--max-agents`:
+   * 400 `limit_exceeded`): retrying would not help, the spawner stops.
+   */
+  refusedForGood: (why: string) => void;
 }
 
 export class CommandStream {
@@ -78,13 +81,16 @@ export class CommandStream {
     });
     if (!res.ok || !res.body) {
       const body = await res.text().catch(() => '');
-      if (res.status === 401) {
-        // A bad token will not get better by retrying.
-        this.opts.log.error(
-          { server: this.opts.serverUrl, body: body.slice(0, 300) },
-          `the server at ${this.opts.serverUrl} refused this spawner's token (401): stopping`,
-        );
-        this.opts.tokenRefused();
+      // A bad token, or more agents than the server allows it, will not get better by retrying.
+      const why =
+        res.status === 401
+          ? `the server at ${this.opts.serverUrl} refused this spawner's token (401): stopping`
+          : res.status === 400 && errorOf(body)?.error === 'limit_exceeded'
+            ? `the server at ${this.opts.serverUrl} refused --max-agents ${this.opts.maxAgents} (400 limit_exceeded: ${errorOf(body)?.message ?? ''}): stopping`
+            : null;
+      if (why) {
+        this.opts.log.error({ server: this.opts.serverUrl, body: body.slice(0, 300) }, why);
+        this.opts.refusedForGood(why);
       }
       throw new StreamRefused(res.status, body, retryAfterMs(res.headers.get('retry-after')));
     }
@@ -104,5 +110,15 @@ export class CommandStream {
       heard();
       parser.feed(decoder.decode(chunk as Uint8Array, { stream: true }));
     }
+  }
+}
+
+/** The `{error, message}` of a refusal's JSON body, if it is one. */
+function errorOf(body: string): { error?: string; message?: string } | null {
+  try {
+    const parsed = JSON.parse(body) as unknown;
+    return parsed && typeof parsed === 'object' ? (parsed as { error?: string; message?: string }) : null;
+  } catch {
+    return null;
   }
 }

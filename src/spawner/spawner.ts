@@ -61,6 +61,8 @@ export class Spawner implements SupervisorHost {
   private readonly serverPosts: ServerPosts;
   /** Resolves each time the server's hello arrives (tests and the demo wait on it). */
   onHello: (() => void) | null = null;
+  /** Why the server refused this spawner for good, once it did (then it has stopped). */
+  refusal: string | null = null;
 
   /** Ends this spawner's agents if it dies without stopping them (reaper.ts). */
   private readonly reaper = new Reaper();
@@ -80,7 +82,10 @@ export class Spawner implements SupervisorHost {
       stopping: this.stopping.signal,
       heartbeatS: () => this.heartbeatS,
       handle: (command) => this.handle(command),
-      tokenRefused: () => this.stop(),
+      refusedForGood: (why) => {
+        this.refusal = why;
+        this.stop();
+      },
     });
     this.serverPosts = new ServerPosts(
       opts.serverUrl,

@@ -24,7 +24,9 @@ import { handSpawner } from '../support/spawner-stream.js';
  * spawner token is refused at once (401 `token_revoked`) and what it holds open ends; a
  * re-mint with `revoke_previous` refuses the older tokens, not the new one, even within the
  * same second; a revocation survives a restart; a spawner token limited to task A never gets a
- * launch of task B. The real server, the real MCP client, real spawners from dist.
+ * launch of task B. The real server, the real MCP client, real spawners from dist. (Races with
+ * requests in flight: revocation-races.test.ts; spawner tokens' bound, the agents of revoked
+ * spawners, clocks: revocation-spawners.test.ts.)
  */
 
 const WAIT_MS = 10_000;
@@ -275,9 +277,18 @@ describe('revocation', () => {
     spawners.push(anySpawner);
     const startedB = await waitForEvent(ts, b.task_id, (e) => e.event === 'agent_started', { timeoutMs: 20_000 });
     expect(startedB.spawner_id).not.toBe(startedA.spawner_id);
+    // B went to the unlimited spawner, and hand-a got nothing of it: every command it received
+    // since its stream opened is its hello (A's root runs on only-a already).
+    const assignedB = durableEvents(ts, b.task_id).filter((e) => e.event === 'launch.assigned');
+    expect(assignedB.map((e) => e.spawner_id)).toEqual([startedB.spawner_id]);
+    expect(hand.received.map((c) => c.type)).toEqual(['hello']);
 
-    // Revoking every spawner token ends both real spawners: their streams close, they are refused, they stop.
-    expect((await ts.api('POST', '/spawner-tokens/revoke', {})).body.streams_closed).toBe(3);
+    // Revoking every spawner token ends both real spawners (their streams close, they are
+    // refused, they stop) and the tokens of the agents they ran.
+    expect((await ts.api('POST', '/spawner-tokens/revoke', {})).body).toMatchObject({
+      streams_closed: 3,
+      agents_revoked: 2,
+    });
     for (const s of [onlyA, anySpawner]) {
       await within(s.exited, WAIT_MS, 'the spawner to stop');
       expect(s.stderr()).toContain("refused this spawner's token (401)");

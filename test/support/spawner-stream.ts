@@ -5,7 +5,8 @@ import type { TestServer } from './server.js';
  * A hand-driven spawner: a spawner token and instance with its command stream open, the
  * commands it receives queued, and its posts. Tests play the spawner's side of the protocol
  * with it; `streams` collects the stream's abort controller for the test's cleanup. `token`: the
- * spawner token to use (default: one minted, unlimited); `ended` settles when the server ends the stream.
+ * spawner token to use (default: one minted, unlimited); `ended` settles when the server ends the stream;
+ * `received` is every command it got, in order, from the first (what `next` takes stays in it).
  */
 export async function handSpawner(
   ts: TestServer,
@@ -23,9 +24,11 @@ export async function handSpawner(
     signal: controller.signal,
   });
   const queue: any[] = [];
+  const received: any[] = [];
   let wake: (() => void) | null = null;
   const parser = createParser({
     onEvent: (e) => {
+      received.push(JSON.parse(e.data));
       queue.push(JSON.parse(e.data));
       wake?.();
     },
@@ -54,5 +57,5 @@ export async function handSpawner(
     });
     return { status: r.status, body: (await r.json()) as any };
   };
-  return { status: res.status, next, post, headers, token, ended };
+  return { status: res.status, next, post, headers, token, ended, received };
 }

@@ -10,8 +10,10 @@ export interface Connection {
   maxAgents: number;
   /** The tasks its token limits it to (null: any): the scheduler gives it no other launch. */
   taskIds: string[] | null;
-  /** Its token's `iat`: a revocation of spawner tokens minted until then closes the stream. */
-  issuedAt: number;
+  /** Its token's `sub`: the instances of one token share BEIDOU_MAX_AGENTS_PER_SPAWNER. */
+  tokenId: string;
+  /** Its token's revocation generation: once that is not the current one, the stream is as good as closed. */
+  gen: number;
   send: (command: SpawnerCommand) => void;
   close: () => void;
 }
@@ -22,7 +24,9 @@ const MISSED_BEATS = 3;
 /**
  * The spawners' command streams and heartbeats (runtime only). A spawner that holds agents
  * but has no stream right now (reconnecting) keeps its heartbeat record: it is lost only
- * after three missed beats, not when its stream drops.
+ * after three missed beats, not when its stream drops. A stream whose token no longer
+ * `stands` (revoked) is never handed out, from the moment the revocation is applied, before
+ * the revocation's durable observer closes it: nothing is sent on it.
  */
 export class SpawnerConnections {
   private readonly open = new Map<string, Connection>();
@@ -34,6 +38,7 @@ export class SpawnerConnections {
   constructor(
     private readonly clock: Clock,
     private readonly heartbeatS: number,
+    private readonly stands: (conn: Connection) => boolean,
   ) {}
 
   /** Spawners that held agents before a restart get three beats to come back. */
@@ -65,11 +70,22 @@ export class SpawnerConnections {
   }
 
   get(spawnerId: string | null): Connection | undefined {
-    return spawnerId ? this.open.get(spawnerId) : undefined;
+    const conn = spawnerId ? this.open.get(spawnerId) : undefined;
+    return conn && this.stands(conn) ? conn : undefined;
   }
 
   all(): Connection[] {
-    return [...this.open.values()];
+    return [...this.open.values()].filter(this.stands);
+  }
+
+  /** Closes the streams whose token no longer stands; how many. */
+  closeFallen(): number {
+    const fallen = [...this.open.values()].filter((c) => !this.stands(c));
+    for (const c of fallen) {
+      this.open.delete(c.spawnerId);
+      c.close();
+    }
+    return fallen.length;
   }
 
   /** Every spawner with a heartbeat record: the candidates for a heartbeat check. */

@@ -9,8 +9,10 @@ import {
   spawnerReport,
   terminationAcknowledged,
 } from '../../domain/spawners.js';
-import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
-import { revokedBy } from '../../identity/revocation.js';
+import type { DomainError } from '../../domain/errors.js';
+import { spawnerTokenRoom } from '../../domain/limits.js';
+import { spawnerTokenStanding } from '../../domain/revocation.js';
+import { SYSTEM_LOG, type EventDraft, type StoredEvent } from '../../events/catalogue.js';
 import type { TokenService } from '../../identity/tokens.js';
 import type { RunningAgent } from '../../protocol/spawner.js';
 import type { Registry } from '../../registry/registry.js';
@@ -47,9 +49,15 @@ export class SpawnerHub {
     },
   ) {
     const { registry, domain, inboxes, tokens, skills, clock } = deps;
-    this.connections = new SpawnerConnections(clock, domain.config.spawnerHeartbeatS);
+    this.connections = new SpawnerConnections(clock, domain.config.spawnerHeartbeatS, (c) => this.stands(c.gen));
     this.deliveries = new Deliveries(registry, inboxes, this.connections);
-    this.scheduler = new Scheduler(registry, this.connections, tokens, skills);
+    this.scheduler = new Scheduler(registry, this.connections, tokens, skills, domain.config.maxAgentsPerSpawner);
+  }
+
+  /** Whether a spawner token of generation `gen` stands now (not revoked; the system log readable). */
+  private stands(gen: number): boolean {
+    const { registry } = this;
+    return spawnerTokenStanding(registry.state, gen, registry.quarantined.has(SYSTEM_LOG)) === 'current';
   }
 
   private get registry(): Registry {
@@ -70,8 +78,29 @@ export class SpawnerHub {
 
   // ---- the stream ----
 
-  connect(conn: Connection): void {
+  /**
+   * Whether a stream asking for `maxAgents` may open: the instances of one spawner token
+   * together run at most BEIDOU_MAX_AGENTS_PER_SPAWNER (this instance's own earlier stream,
+   * which it replaces, apart). Null: it may.
+   */
+  admission(conn: Pick<Connection, 'spawnerId' | 'tokenId' | 'maxAgents'>): DomainError | null {
+    const others = this.connections
+      .all()
+      .filter((c) => c.tokenId === conn.tokenId && c.spawnerId !== conn.spawnerId)
+      .reduce((sum, c) => sum + c.maxAgents, 0);
+    return spawnerTokenRoom(this.deps.domain.config, others, conn.maxAgents);
+  }
+
+  /**
+   * Registers an open stream, unless its token no longer stands (revoked while the stream
+   * was being set up) or it would pass its token's bound: then it is closed, and false.
+   */
+  connect(conn: Connection): boolean {
     const { spawnerId, name, maxAgents, send } = conn;
+    if (!this.stands(conn.gen) || this.admission(conn)) {
+      conn.close();
+      return false;
+    }
     this.connections.add(conn);
     const { config } = this.deps.domain;
     const held = agentsOf(this.registry.state, spawnerId);
@@ -94,6 +123,7 @@ export class SpawnerHub {
       'spawner connected',
     );
     void this.scheduler.schedule();
+    return true;
   }
 
   disconnect(spawnerId: string, send: Connection['send']): void {
@@ -102,10 +132,13 @@ export class SpawnerHub {
       this.deps.logger.info({ spawner: spawnerId }, 'spawner stream closed');
   }
 
-  /** A beat; with `reported` (what the spawner runs) the registry is reconciled with it. */
-  async heartbeat(spawnerId: string, reported?: RunningAgent[]): Promise<void> {
+  /**
+   * A beat; with `reported` (what the spawner runs) the registry is reconciled with it.
+   * `taskIds`: the tasks its token is limited to (null: any), outside which it learns nothing.
+   */
+  async heartbeat(spawnerId: string, reported?: RunningAgent[], taskIds: string[] | null = null): Promise<void> {
     this.connections.beat(spawnerId);
-    if (reported) await this.reconcile(spawnerId, reported);
+    if (reported) await this.reconcile(spawnerId, reported, taskIds);
   }
 
   /**
@@ -114,9 +147,9 @@ export class SpawnerHub {
    * spawner's is stopped. Reservations of a crashed agent's inbox are freed, so its
    * messages go to whichever process runs it next.
    */
-  private async reconcile(spawnerId: string, reported: RunningAgent[]): Promise<void> {
+  private async reconcile(spawnerId: string, reported: RunningAgent[], taskIds: string[] | null): Promise<void> {
     this.connections.report(spawnerId, reported);
-    const outcome = reconcile(this.deps.domain, spawnerId, reported, this.deps.clock.now(), (id) =>
+    const outcome = reconcile(this.deps.domain, { spawnerId, taskIds }, reported, this.deps.clock.now(), (id) =>
       this.startedAt.get(id),
     );
     const conn = this.connections.get(spawnerId);
@@ -194,7 +227,7 @@ export class SpawnerHub {
           }
           break;
         case 'spawner_tokens.revoked':
-          for (const conn of this.connections.all()) if (revokedBy(conn.issuedAt, e.before)) conn.close();
+          this.connections.closeFallen();
           break;
       }
     }
@@ -234,9 +267,9 @@ export class SpawnerHub {
     await this.registry.commit([...spawnerReport(this.deps.domain, spawnerId, agentId, drafts), ...mark]);
   }
 
-  /** How many open spawner streams came with a token a revocation at `before` refuses. */
-  streamsMintedBy(before: number): number {
-    return this.connections.all().filter((c) => revokedBy(c.issuedAt, before)).length;
+  /** How many spawner streams are open (with a token that stands): those a revocation of every spawner token closes. */
+  openStreams(): number {
+    return this.connections.all().length;
   }
 
   /** For the admin API: what each spawner holds. */

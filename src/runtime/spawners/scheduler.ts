@@ -1,4 +1,4 @@
-import { spawnerTakes } from '../../domain/revocation.js';
+import { spawnerTakes, spawnerTokenOf } from '../../domain/revocation.js';
 import { launchAssigned, resumable, schedulable } from '../../domain/spawners.js';
 import type { TokenService } from '../../identity/tokens.js';
 import type { LaunchCommand } from '../../protocol/spawner.js';
@@ -9,9 +9,11 @@ import type { Connection, SpawnerConnections } from './connections.js';
 
 /**
  * Gives queued launches to connected spawners with room, least loaded first, each only to a
- * spawner whose token takes its task (a limited token: its tasks only). The
- * assignment (`launch.assigned`) is committed before the launch command goes out. One pass
- * runs at a time; a request during a pass makes it run once more.
+ * spawner whose token takes its task (a limited token: its tasks only). Room is the stream's
+ * `max_agents` and its token's bound: the agents every instance of one token holds, connected
+ * or not, stay within BEIDOU_MAX_AGENTS_PER_SPAWNER. The assignment (`launch.assigned`) is
+ * committed before the launch command goes out. One pass runs at a time; a request during a
+ * pass makes it run once more.
  */
 export class Scheduler {
   private scheduling = false;
@@ -22,6 +24,8 @@ export class Scheduler {
     private readonly connections: SpawnerConnections,
     private readonly tokens: TokenService,
     private readonly skills: SkillCatalog,
+    /** BEIDOU_MAX_AGENTS_PER_SPAWNER: what all the instances of one spawner token hold at most. */
+    private readonly perToken: number,
   ) {}
 
   async schedule(): Promise<void> {
@@ -43,9 +47,16 @@ export class Scheduler {
   private async pass(): Promise<void> {
     const { state } = this.registry;
     const load = new Map<string, number>();
-    for (const a of state.agents.values()) if (a.spawner_id) load.set(a.spawner_id, (load.get(a.spawner_id) ?? 0) + 1);
+    const tokenLoad = new Map<string, number>();
+    const count = (map: Map<string, number>, key: string) => map.set(key, (map.get(key) ?? 0) + 1);
+    for (const a of state.agents.values()) {
+      if (!a.spawner_id) continue;
+      count(load, a.spawner_id);
+      count(tokenLoad, spawnerTokenOf(a.spawner_id));
+    }
     const share = (c: Connection) => (load.get(c.spawnerId) ?? 0) / c.maxAgents;
-    const room = (c: Connection) => (load.get(c.spawnerId) ?? 0) < c.maxAgents;
+    const room = (c: Connection) =>
+      (load.get(c.spawnerId) ?? 0) < c.maxAgents && (tokenLoad.get(c.tokenId) ?? 0) < this.perToken;
     for (const agent of state.agents.values()) {
       if (!schedulable(state, agent)) continue;
       // Connections can come and go while a launch is sent: look again each time.
@@ -54,7 +65,8 @@ export class Scheduler {
       const target = open.filter((c) => spawnerTakes(c.taskIds, agent.task_id)).sort((x, y) => share(x) - share(y))[0];
       // No spawner with room takes this task: it waits, and the next agent may be another's.
       if (!target) continue;
-      load.set(target.spawnerId, (load.get(target.spawnerId) ?? 0) + 1);
+      count(load, target.spawnerId);
+      count(tokenLoad, target.tokenId);
       const resume = resumable(agent);
       await this.registry.commit([launchAssigned(agent, target.spawnerId)]);
       await this.launch(target, agent, resume);
@@ -64,13 +76,16 @@ export class Scheduler {
   /** Sends the launch (with a fresh token); nothing if a terminate was posted meanwhile. */
   async launch(conn: Connection, agent: AgentRecord, resume: boolean): Promise<void> {
     if (!agent.launch) return;
-    // Dated after any revocation of the agent's tokens: a relaunch after one gets a token that works.
-    const token = await this.tokens.mintAgent(agent.agent_id, agent.task_id, { after: agent.tokens_revoked_before });
+    // Of the agent's current generation: a relaunch after a revocation gets a token that works.
+    const gen = agent.tokens_gen;
+    const token = await this.tokens.mintAgent(agent.agent_id, agent.task_id, { gen });
     // A terminate may have been posted (and sent) while we awaited: then no launch at all. Nor
-    // when the agent left this spawner meanwhile (its tokens revoked: the token just minted may
-    // be refused, and the launch that follows the revocation carries a fresh one).
+    // when the agent's tokens were revoked meanwhile (the token just minted is refused; the
+    // launch that follows the revocation carries a fresh one), nor when it left this spawner,
+    // nor when this stream's own token was revoked (it is no longer handed out).
     const launch = agent.launch;
-    if (!launch || agent.terminate_posted || agent.spawner_id !== conn.spawnerId) return;
+    if (!launch || agent.terminate_posted || agent.tokens_gen !== gen) return;
+    if (agent.spawner_id !== conn.spawnerId || this.connections.get(conn.spawnerId) !== conn) return;
     let allowedTools: string[] = [];
     try {
       allowedTools = this.skills.load(agent.skill).allowedTools;

@@ -5,13 +5,12 @@ import { DomainError } from '../../domain/errors.js';
 import { postMessage } from '../../domain/messages.js';
 import * as routing from '../../domain/questions.js';
 import { terminationDrafts } from '../../domain/termination.js';
-import type { EventDraft, StoredEvent } from '../../events/catalogue.js';
+import { SYSTEM_LOG, type EventDraft, type StoredEvent } from '../../events/catalogue.js';
 import { USER } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';
 import { VERSION } from '../../util/version.js';
 import type { AdminStreams } from './admin-streams.js';
 import type { Authenticator } from '../http/auth.js';
-import { thenBody } from '../http/body.js';
 import { ApiError, parseOr400 } from '../http/errors.js';
 import { tasksStream, type TasksFeed } from './tasks-stream.js';
 import { agentView, pendingQuestionsView, quarantinedDetail, taskDetail, taskListView } from './views.js';
@@ -52,8 +51,8 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     res.json({ ok: true, version: VERSION, role: 'active' });
   });
 
-  // The token first, the body after: a request without a valid token costs no body read.
-  const admin = thenBody(auth.require('admin'));
+  // The token first (a request without a valid token costs no body read), the body, the token again.
+  const admin = auth.admit('admin');
 
   api.post('/tasks', admin, async (req, res) => {
     const body = parseOr400(createTaskBody, req.body);
@@ -144,22 +143,32 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     res.json({ ok: true });
   });
 
+  /**
+   * The live log `id` names: a task's, or the system log's (`beidou`: the revocations of
+   * spawner tokens, no task's), readable like a task's for an audit.
+   */
+  const liveLog = (id: string): string => {
+    if (id !== SYSTEM_LOG) return taskOr404(id).task_id;
+    if (registry.quarantined.has(SYSTEM_LOG)) quarantined(SYSTEM_LOG);
+    return SYSTEM_LOG;
+  };
+
   api.get('/tasks/:id/events', admin, async (req, res) => {
     const id = param(req, 'id');
     const archived = registry.archived.has(id);
-    const task = archived ? null : taskOr404(id);
+    const log = archived ? null : liveLog(id);
     const { since, limit } = parseOr400(eventsQuery, req.query);
     // From memory where the log holds them, else from the store (an archived task, a live one's older events).
-    const events = await registry.log.readStored(task?.task_id ?? id, since, limit);
+    const events = await registry.log.readStored(log ?? id, since, limit);
     res.json({ events, cursor: events.length > 0 ? events[events.length - 1]!.seq : since });
   });
 
   api.get('/tasks/:id/events/stream', admin, async (req, res) => {
     const archived = registry.archived.get(param(req, 'id'));
     if (archived) return archivedStream(req, res, archived.task_id, archived.mark.lastSeq);
-    const task = taskOr404(param(req, 'id'));
+    const log = liveLog(param(req, 'id'));
     const { since } = parseOr400(eventsQuery, req.query);
-    let cursor = resumeCursor(req.header('last-event-id'), since, registry.log.durableSeq(task.task_id));
+    let cursor = resumeCursor(req.header('last-event-id'), since, registry.log.durableSeq(log));
     const stream = await streams.open(req, res);
     if (!stream) return;
     const send = (e: StoredEvent) => {
@@ -172,10 +181,8 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
     // Older events than memory holds are read from the store, a page at a time, each
     // page waiting for a slow client to take the last.
     for (;;) {
-      const older = cursor < registry.log.readFloor(task.task_id);
-      const batch = older
-        ? await registry.log.readStored(task.task_id, cursor, 1_000)
-        : registry.log.read(task.task_id, cursor, 1_000);
+      const older = cursor < registry.log.readFloor(log);
+      const batch = older ? await registry.log.readStored(log, cursor, 1_000) : registry.log.read(log, cursor, 1_000);
       if (batch.length === 0) {
         if (older) return; // archived meanwhile: nothing more will come
         break;
@@ -183,7 +190,7 @@ export function adminApi(services: Services, auth: Authenticator, streams: Admin
       batch.forEach(send);
       if (!(await stream.drained())) return;
     }
-    stream.onEnd(registry.log.subscribe(task.task_id, (events) => events.forEach(send)));
+    stream.onEnd(registry.log.subscribe(log, (events) => events.forEach(send)));
   });
 
   /**

@@ -5,7 +5,6 @@ import type { EventDraft } from '../../events/catalogue.js';
 import { reviewGate } from '../../domain/reviews.js';
 import type { Services } from '../../runtime/services.js';
 import type { Authenticator } from '../http/auth.js';
-import { jsonBody } from '../http/body.js';
 import { parseOr400 } from '../http/errors.js';
 import { inboxStream } from './inbox-stream.js';
 import type { McpSessions } from '../mcp/index.js';
@@ -36,7 +35,7 @@ export function hookApi(
 ): Router {
   const { registry, inboxes } = services;
   const api = Router();
-  api.use(auth.require('agent'), jsonBody); // the token first, the body after
+  api.use(auth.admit('agent')); // the token, the body, the token again
 
   const caller = (req: Request) => {
     const p = req.principal;
@@ -48,6 +47,8 @@ export function hookApi(
 
   api.post('/pre-tool-use', async (req, res) => {
     const { tool_name, tool_input } = parseOr400(preToolBody, req.body);
+    // At the point of use: what it commits is under the token's identity.
+    auth.assertStanding(req);
     const agent = caller(req);
     const base = { task_id: agent.task_id, caller_id: agent.agent_id };
     // What the hook records is the agent's write, metered by its write budget. Past it the
@@ -93,6 +94,8 @@ export function hookApi(
   // The messages leave the inbox only once the JSON reply has been handed to the connection
   // ('finish'); a connection closed first leaves them there, marked redelivered.
   const handOver = async (req: Request, res: Response) => {
+    // At the point of use: the messages are taken only for a token that stands now.
+    auth.assertStanding(req);
     const flushed = responseFlushed(res);
     const agent = caller(req);
     const messages = await inboxes.deliver(agent, 'hook', () => flushed);

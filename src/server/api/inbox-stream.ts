@@ -3,7 +3,6 @@ import { createSession } from 'better-sse';
 import { settingName } from '../../config.js';
 import { limitExceeded } from '../../domain/errors.js';
 import { inboxSummary, inboxWatchEnd } from '../../domain/messages.js';
-import { revokedBy } from '../../identity/revocation.js';
 import type { Services } from '../../runtime/services.js';
 import type { McpSessions } from '../mcp/index.js';
 import { fromDomainError } from '../http/errors.js';
@@ -87,15 +86,15 @@ export function inboxStream(
       if (finished) return;
       const agent = registry.agent(agentId);
       if (!agent) return finish();
-      const ended =
-        inboxWatchEnd(registry.state, agent) ??
-        (revokedBy(p.issuedAt, agent.tokens_revoked_before) ? 'token_revoked' : null);
+      const revoked = agent.tokens_gen !== p.gen;
+      const ended = inboxWatchEnd(registry.state, agent) ?? (revoked ? 'token_revoked' : null);
       const summary = JSON.stringify({
         ...inboxSummary(registry.state, agent),
         mcp_sessions: sessions.sessionsOf(agentId),
       });
       try {
-        if (summary !== last) {
+        // A revoked token learns nothing more of the inbox, not even its counts.
+        if (!revoked && summary !== last) {
           last = summary;
           session.push(JSON.parse(summary), 'inbox');
         }

@@ -1,6 +1,5 @@
 import { Router, type Request } from 'express';
 import { createSession } from 'better-sse';
-import { settingName } from '../../config.js';
 import { zodToInvalidInput } from '../../domain/errors.js';
 import { spawnerTakes } from '../../domain/revocation.js';
 import { NotYourAgent, spooledMark, spoolHighWater } from '../../domain/spawners.js';
@@ -18,7 +17,6 @@ import {
 } from '../../protocol/spawner.js';
 import type { Services } from '../../runtime/services.js';
 import type { Authenticator } from '../http/auth.js';
-import { jsonBody } from '../http/body.js';
 import { ApiError, fromDomainError, parseOr400 } from '../http/errors.js';
 
 /**
@@ -30,7 +28,7 @@ import { ApiError, fromDomainError, parseOr400 } from '../http/errors.js';
 export function spawnerApi(services: Services, auth: Authenticator, stopping: AbortSignal): Router {
   const { spawners, registry } = services;
   const api = Router();
-  api.use(auth.require('spawner'), jsonBody); // the token first, the body after
+  api.use(auth.admit('spawner')); // the token, the body, the token again
 
   const principal = (req: Request) => {
     const p = req.principal;
@@ -84,18 +82,11 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
 
   api.get('/stream', async (req, res) => {
     const id = spawnerId(req);
-    const { taskIds, issuedAt } = principal(req);
+    const { spawnerId: tokenId, taskIds, gen } = principal(req);
     const { max_agents, name } = parseOr400(streamQuery, req.query);
-    const bound = services.config.maxAgentsPerSpawner;
-    if (max_agents > bound) {
-      const setting = settingName('maxAgentsPerSpawner');
-      throw new ApiError(
-        400,
-        'limit_exceeded',
-        `max_agents: this server lets one spawner run at most ${bound} agents (${setting}); start it with --max-agents ${bound} or fewer`,
-        { limit: 'agents_per_spawner', max: bound, setting, field: 'max_agents' },
-      );
-    }
+    // 400 (not 429): the spawner asks for more than it may ever run; it stops rather than retry.
+    const refused = spawners.admission({ spawnerId: id, tokenId, maxAgents: max_agents });
+    if (refused) throw new ApiError(400, refused.code, refused.message, refused.details);
     // A keep-alive every heartbeat: a spawner that hears nothing for three of them drops
     // the stream and reconnects (a paused or lost server, a balancer holding a dead one).
     const session = await createSession(req, res, {
@@ -112,13 +103,24 @@ export function spawnerApi(services: Services, auth: Authenticator, stopping: Ab
       stopping.removeEventListener('abort', end);
       spawners.disconnect(id, send);
     });
-    spawners.connect({ spawnerId: id, name: name || id, maxAgents: max_agents, taskIds, issuedAt, send, close: end });
+    // Checked again as it registers (its token may have been revoked, or another instance of
+    // it connected, while the stream opened): refused, the stream just ends.
+    spawners.connect({
+      spawnerId: id,
+      name: name || id,
+      maxAgents: max_agents,
+      taskIds,
+      tokenId,
+      gen,
+      send,
+      close: end,
+    });
   });
 
   api.post('/heartbeat', async (req, res) => {
     // An older spawner posts `{}` (or nothing): a beat without a report.
     const body = parseOr400(heartbeatBody, req.body ?? {});
-    await spawners.heartbeat(spawnerId(req), body.agents);
+    await spawners.heartbeat(spawnerId(req), body.agents, principal(req).taskIds);
     res.json({ ok: true });
   });
 

@@ -1,19 +1,25 @@
 import { Router, type Request } from 'express';
 import { z } from 'zod';
-import { agentTokensRevoked, spawnerTokensRevoked } from '../../domain/revocation.js';
+import {
+  agentTokensRevoked,
+  heldAgentsRevoked,
+  spawnerHeldAgents,
+  spawnerTokensRevoked,
+} from '../../domain/revocation.js';
 import { SYSTEM_LOG } from '../../events/catalogue.js';
 import { nameField } from '../../primitives/fields.js';
 import type { AgentRecord } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';
 import type { Authenticator } from '../http/auth.js';
-import { thenBody } from '../http/body.js';
 import { ApiError, parseOr400 } from '../http/errors.js';
 
 /**
- * The admin routes that mint and revoke tokens (docs/api.md, "Tokens"): an agent's token
- * (optionally revoking the ones before it), the revocation of an agent's tokens, spawner
- * tokens (optionally limited to some tasks) and the revocation of every spawner token. A
- * revocation is an event, so it holds across restarts and on every replica.
+ * The admin routes that mint and revoke tokens (docs/api.md, "Tokens"; docs/security.md,
+ * "Revocation"): an agent's token (optionally revoking the ones before it), the revocation of
+ * an agent's tokens, spawner tokens (optionally limited to some tasks) and the revocation of
+ * every spawner token, with the agent tokens their spawners were handed. A revocation is an
+ * event, so it holds across restarts and on every replica; a token is minted in the current
+ * generation of what it is for.
  */
 
 /** A JWT travels in a header: 100 task ids keep a limited token well under the 16 KiB Node allows. */
@@ -32,7 +38,7 @@ const spawnerTokenBody = z.strictObject({
 export function tokensApi(services: Services, auth: Authenticator): Router {
   const { registry, tokens, ids, clock } = services;
   const api = Router();
-  const admin = thenBody(auth.require('admin'));
+  const admin = auth.admit('admin');
 
   /** A registered agent whose tokens can work: not terminated, not of a quarantined task. */
   const liveAgent = (req: Request, what: string): AgentRecord => {
@@ -61,8 +67,8 @@ export function tokensApi(services: Services, auth: Authenticator): Router {
     const { revoke_previous } = parseOr400(agentTokenBody, req.body);
     const agent = liveAgent(req, 'a token for it would not work');
     if (revoke_previous) await revokeAgent(agent);
-    // Minted after the revocation (even within its millisecond), so it is not refused by it.
-    res.json({ token: await tokens.mintAgent(agent.agent_id, agent.task_id, { after: agent.tokens_revoked_before }) });
+    // Of the generation after the revocation, so it is not refused by it.
+    res.json({ token: await tokens.mintAgent(agent.agent_id, agent.task_id, { gen: agent.tokens_gen }) });
   });
 
   api.post('/agents/:id/revoke-tokens', admin, async (req, res) => {
@@ -73,27 +79,14 @@ export function tokensApi(services: Services, auth: Authenticator): Router {
       ok: true,
       agent_id: agent.agent_id,
       before: revoked.before,
+      gen: agent.tokens_gen,
       // Its spawner stopped its process; it is launched again with a fresh token.
       relaunched: revoked.spawner_id !== null,
     });
   });
 
-  api.post('/spawner-tokens', admin, async (req, res) => {
-    const { task_ids } = parseOr400(spawnerTokenBody, req.body);
-    const taskIds = task_ids ? [...new Set(task_ids)] : null;
-    taskIds?.forEach((taskId, i) => {
-      const known = registry.task(taskId) || registry.archived.has(taskId) || registry.quarantined.has(taskId);
-      if (!known)
-        throw new ApiError(404, 'unknown_task', `task_ids[${i}]: no task ${taskId}`, { field: `task_ids[${i}]` });
-    });
-    const token = await tokens.mintSpawner(ids.next('sp'), taskIds, {
-      after: registry.state.spawner_tokens_revoked_before,
-    });
-    res.json({ token, task_ids: taskIds });
-  });
-
-  api.post('/spawner-tokens/revoke', admin, async (req, res) => {
-    parseOr400(emptyBody, req.body);
+  /** Spawner tokens cannot be minted nor revoked while the log of their revocations is unreadable. */
+  const systemLogReadable = () => {
     if (registry.quarantined.has(SYSTEM_LOG)) {
       throw new ApiError(
         409,
@@ -102,12 +95,47 @@ export function tokensApi(services: Services, auth: Authenticator): Router {
         { task_id: SYSTEM_LOG },
       );
     }
-    const draft = spawnerTokensRevoked(registry.state, clock.now());
-    const { before } = draft;
-    const streams = services.spawners.streamsMintedBy(before);
-    // Its durable observer (the spawner hub) closes those streams.
-    await registry.commit([draft]);
-    res.json({ ok: true, before, streams_closed: streams });
+  };
+
+  api.post('/spawner-tokens', admin, async (req, res) => {
+    const { task_ids } = parseOr400(spawnerTokenBody, req.body);
+    systemLogReadable();
+    const taskIds = task_ids ? [...new Set(task_ids)] : null;
+    taskIds?.forEach((taskId, i) => {
+      const known = registry.task(taskId) || registry.archived.has(taskId) || registry.quarantined.has(taskId);
+      if (!known)
+        throw new ApiError(404, 'unknown_task', `task_ids[${i}]: no task ${taskId}`, { field: `task_ids[${i}]` });
+    });
+    const token = await tokens.mintSpawner(ids.next('sp'), taskIds, { gen: registry.state.spawner_tokens_gen });
+    res.json({ token, task_ids: taskIds });
+  });
+
+  api.post('/spawner-tokens/revoke', admin, async (req, res) => {
+    parseOr400(emptyBody, req.body);
+    systemLogReadable();
+    const now = clock.now();
+    const streams = services.spawners.openStreams();
+    const held = spawnerHeldAgents(registry.state);
+    // Its durable observer (the spawner hub) closes their streams; from the moment it is
+    // applied none of them is handed a launch, a message or a command.
+    await registry.commit([spawnerTokensRevoked(now)]);
+    // Then the agent tokens those spawners were handed: refused too, their agents launched
+    // again with fresh ones (by a spawner with a new token). One commit per task log, each
+    // decided as it is committed.
+    let agents = 0;
+    for (const inTask of held.values()) {
+      const drafts = heldAgentsRevoked(registry.state, inTask, now);
+      if (drafts.length === 0) continue;
+      await registry.commit(drafts);
+      agents += drafts.length;
+    }
+    res.json({
+      ok: true,
+      before: now,
+      gen: registry.state.spawner_tokens_gen,
+      streams_closed: streams,
+      agents_revoked: agents,
+    });
   });
 
   return api;

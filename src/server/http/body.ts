@@ -1,10 +1,10 @@
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import express, { type NextFunction, type Request, type Response } from 'express';
 import { ApiError } from './errors.js';
 
 /**
- * The JSON body parser, mounted after authentication on every route that takes a body
- * (never globally): a request without a valid token is refused before a byte of its body
- * is read. Its failures are 4xx with stable codes, never a 500.
+ * The JSON body parser, mounted after authentication on every route (never globally, see
+ * `Authenticator.admit`): a request without a valid token is refused before a byte of its
+ * body is read. Its failures are 4xx with stable codes, never a 500.
  */
 
 const BODY_LIMIT = '4mb';
@@ -12,12 +12,6 @@ const parseJson = express.json({ limit: BODY_LIMIT, strict: false });
 
 export function jsonBody(req: Request, res: Response, next: NextFunction): void {
   parseJson(req, res, (err?: unknown) => next(err === undefined ? undefined : bodyError(err)));
-}
-
-/** `check` (authentication), then the body: one middleware, so routes keep their typing. */
-export function thenBody(check: RequestHandler): RequestHandler {
-  return (req, res, next) =>
-    check(req, res, (err?: unknown) => (err !== undefined ? next(err) : jsonBody(req, res, next)));
 }
 
 function bodyError(err: unknown): ApiError {

@@ -14,8 +14,8 @@ import { SessionRegistry } from './sessions.js';
 export class McpSessions extends SessionRegistry {
   private readonly newServer: SessionServerFactory;
 
-  constructor(services: Services, catalogue: readonly AnyPrimitive[]) {
-    super(services);
+  constructor(services: Services, catalogue: readonly AnyPrimitive[], auth: Authenticator) {
+    super(services, auth);
     this.newServer = sessionServerFactory(services, catalogue);
   }
 

@@ -3,8 +3,7 @@ import type { Express, Request, Response } from 'express';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { Services } from '../../runtime/services.js';
-import type { Authenticator } from '../http/auth.js';
-import { thenBody } from '../http/body.js';
+import { refuse, type AgentPrincipal, type Authenticator } from '../http/auth.js';
 import { Connection, FlushingSSEServerTransport, requestConnection } from './reply-flush.js';
 import { StreamResumption } from './resumption.js';
 import type { SessionServerFactory } from './session-server.js';
@@ -26,23 +25,25 @@ export function mountMcpRoutes(
   sessions: SessionRegistry,
   newServer: SessionServerFactory,
 ): void {
-  // The token first, the body after: a request without a valid token costs no body read.
-  const agentOnly = thenBody(auth.require('agent'));
+  // The token first (a request without a valid token costs no body read), the body, the token again.
+  const agentOnly = auth.admit('agent');
 
-  const streamable = streamableHttp(services, sessions, newServer);
+  const streamable = streamableHttp(services, auth, sessions, newServer);
   app.post('/mcp', agentOnly, streamable);
   app.get('/mcp', agentOnly, streamable);
   app.delete('/mcp', agentOnly, streamable);
 
   app.get('/sse', agentOnly, async (req, res) => {
-    const { agentId, issuedAt } = principalAgent(req);
-    const release = reserveSession(sessions, agentId, res);
+    const caller = principalAgent(req);
+    const release = reserveSession(sessions, caller.agentId, res);
     if (!release) return;
     const transport = new FlushingSSEServerTransport('/messages', res);
-    const server = newServer(agentId, transport);
+    const server = newServer(caller.agentId, transport);
     const id = transport.sessionId;
-    sessions.add({ id, agentId, server, transport, open: 1, tokenIssuedAt: issuedAt });
+    // Listed only if its token still stands now; nothing of the stream has been written yet.
+    const refused = sessions.add(caller, { id, server, transport, open: 1 });
     release();
+    if (refused) return refuse(res, refused);
     transport.onclose = () => sessions.remove(id);
     res.on('close', () => sessions.remove(id));
     await server.connect(transport);
@@ -57,7 +58,7 @@ export function mountMcpRoutes(
     }
     const caller = principalAgent(req);
     if (session.agentId !== caller.agentId) return forbidden(res);
-    sessions.usedBy(session, caller.issuedAt);
+    sessions.usedBy(session, caller.gen);
     await session.transport.handlePostMessage(req, res, req.body);
   });
 }
@@ -66,9 +67,15 @@ export function mountMcpRoutes(
  * POST, GET and DELETE /mcp: a request with an Mcp-Session-Id goes to that session's
  * transport; an initialize request without one opens a session, resumable (resumption.ts).
  */
-function streamableHttp(services: Services, sessions: SessionRegistry, newServer: SessionServerFactory) {
+function streamableHttp(
+  services: Services,
+  auth: Authenticator,
+  sessions: SessionRegistry,
+  newServer: SessionServerFactory,
+) {
   return async (req: Request, res: Response) => {
-    const { agentId, issuedAt } = principalAgent(req);
+    const caller = principalAgent(req);
+    const { agentId, gen } = caller;
     if (req.method === 'POST') sessions.trackPost(res);
     const sessionId = req.header('mcp-session-id');
     if (sessionId) {
@@ -76,7 +83,7 @@ function streamableHttp(services: Services, sessions: SessionRegistry, newServer
       if (!session) return jsonRpcError(res, 404, -32001, 'Session not found; initialize a new session');
       if (session.agentId !== agentId) return forbidden(res);
       const connection = new Connection(res);
-      sessions.requestOpened(session, issuedAt);
+      sessions.requestOpened(session, gen);
       res.on('close', () => sessions.requestClosed(session));
       await requestConnection.run(connection, () =>
         (session.transport as StreamableHTTPServerTransport).handleRequest(req, res, req.body),
@@ -102,8 +109,10 @@ function streamableHttp(services: Services, sessions: SessionRegistry, newServer
       const server = newServer(agentId, resumption);
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) =>
-          sessions.add({ id, agentId, server, transport, open: 0, tokenIssuedAt: issuedAt }),
+        // Listed only if its token still stands now (else closed: its id leads nowhere).
+        onsessioninitialized: (id) => {
+          if (sessions.add(caller, { id, server, transport, open: 0 })) void server.close().catch(() => undefined);
+        },
         eventStore: resumption,
         retryInterval: RESUME_RETRY_MS,
       });
@@ -112,6 +121,12 @@ function streamableHttp(services: Services, sessions: SessionRegistry, newServer
         if (transport.sessionId) sessions.remove(transport.sessionId);
       };
       await server.connect(transport);
+      // Revoked while the session was being made: answered as at the door.
+      const refused = auth.recheck(caller);
+      if (refused) {
+        void server.close().catch(() => undefined);
+        return refuse(res, refused);
+      }
       await transport.handleRequest(req, res, req.body);
     } finally {
       release();
@@ -127,7 +142,7 @@ function reserveSession(sessions: SessionRegistry, agentId: string, res: Respons
   return null;
 }
 
-function principalAgent(req: Request): { agentId: string; issuedAt: number } {
+function principalAgent(req: Request): AgentPrincipal {
   const p = req.principal;
   if (p?.kind !== 'agent') throw new Error('agent route reached without an agent principal');
   return p;

@@ -5,9 +5,9 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { DomainError } from '../../domain/errors.js';
 import { deliveredText } from '../../domain/messages.js';
 import type { StoredEvent } from '../../events/catalogue.js';
-import { revokedBy } from '../../identity/revocation.js';
 import type { InboxMessage } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';
+import type { AgentPrincipal, AuthRefusal, Authenticator } from '../http/auth.js';
 import { SessionCap } from './session-cap.js';
 
 /**
@@ -25,10 +25,10 @@ export interface McpSession {
   open: number;
   lastSeen: number;
   /**
-   * The `iat` of the oldest token any of its requests came with: a revocation that refuses
-   * that token closes the session, and with it every stream opened on it.
+   * The revocation generation of the oldest token any of its requests came with: a
+   * revocation that refuses that token closes the session, and every stream opened on it.
    */
-  tokenIssuedAt: number;
+  tokenGen: number;
 }
 
 export class SessionRegistry {
@@ -40,19 +40,24 @@ export class SessionRegistry {
   private sweeper: NodeJS.Timeout | null = null;
   private readonly cap: SessionCap;
 
-  constructor(protected readonly services: Services) {
+  constructor(
+    protected readonly services: Services,
+    private readonly auth: Authenticator,
+  ) {
     this.cap = new SessionCap(services.config.maxSessionsPerAgent);
   }
 
   /**
    * Durable observer: a terminated agent's sessions end with it (its token no longer opens
-   * new ones); so do the sessions a revoked token of the agent used.
+   * new ones); so do the sessions a revoked token of the agent used. (One that registers
+   * after the revocation is applied is refused by `add`.)
    */
   onDurable(events: readonly StoredEvent[]): void {
     for (const e of events) {
       if (e.event !== 'terminate.consumed' && e.event !== 'agent.tokens_revoked') continue;
+      const gen = this.services.registry.agent(e.agent_id)?.tokens_gen;
       for (const session of [...(this.byAgent.get(e.agent_id) ?? [])]) {
-        if (e.event === 'agent.tokens_revoked' && !revokedBy(session.tokenIssuedAt, e.before)) continue;
+        if (e.event === 'agent.tokens_revoked' && session.tokenGen === gen) continue;
         void session.server.close().catch(() => undefined);
       }
     }
@@ -109,27 +114,39 @@ export class SessionRegistry {
     return this.sessions.get(id);
   }
 
-  /** Lists a new session, last seen now. */
-  add(fields: Omit<McpSession, 'lastSeen'>): void {
-    const session: McpSession = { ...fields, lastSeen: this.now() };
+  /**
+   * Lists a new session of `principal`'s agent, last seen now; unless its token no longer
+   * stands (revoked, or its agent terminated, while the session was being set up): then
+   * nothing is listed and the refusal is returned, for the caller to close what it made.
+   */
+  add(principal: AgentPrincipal, fields: Omit<McpSession, 'lastSeen' | 'agentId' | 'tokenGen'>): AuthRefusal | null {
+    const refusal = this.auth.recheck(principal);
+    if (refusal) return refusal;
+    const session: McpSession = {
+      ...fields,
+      agentId: principal.agentId,
+      tokenGen: principal.gen,
+      lastSeen: this.now(),
+    };
     this.sessions.set(session.id, session);
     let set = this.byAgent.get(session.agentId);
     if (!set) this.byAgent.set(session.agentId, (set = new Set()));
     set.add(session);
     this.sessionsChanged(session.agentId);
+    return null;
   }
 
   /** A request (or GET stream) opened on the session: it is seen now, and most recently used. */
-  requestOpened(session: McpSession, tokenIssuedAt: number): void {
-    this.usedBy(session, tokenIssuedAt);
+  requestOpened(session: McpSession, tokenGen: number): void {
+    this.usedBy(session, tokenGen);
     session.open++;
     session.lastSeen = this.now();
     this.touch(session);
   }
 
-  /** A request came with a token minted at `tokenIssuedAt`: the session holds what the oldest of them may see. */
-  usedBy(session: McpSession, tokenIssuedAt: number): void {
-    session.tokenIssuedAt = Math.min(session.tokenIssuedAt, tokenIssuedAt);
+  /** A request came with a token of generation `tokenGen`: the session holds what the oldest of them may see. */
+  usedBy(session: McpSession, tokenGen: number): void {
+    session.tokenGen = Math.min(session.tokenGen, tokenGen);
   }
 
   requestClosed(session: McpSession): void {

@@ -191,7 +191,7 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
   }
 
   const auth = new Authenticator(keys.adminToken, services.tokens, registry);
-  const mcp = new McpSessions(services, options.catalogue ?? PRIMITIVES);
+  const mcp = new McpSessions(services, options.catalogue ?? PRIMITIVES, auth);
   const tasksFeed = new TasksFeed(registry);
 
   // Every observer of committed events, here and nowhere else. In-process observers see
