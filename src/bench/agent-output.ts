@@ -44,6 +44,34 @@ export function scrubTimes(sizes: number[], oldUpTo: number): ScrubFigure[] {
   });
 }
 
+/** Hostile texts of each shape the scrub cuts, a unit repeated. */
+const SHAPES: Record<string, string> = {
+  'JWT fragments': 'eyJaaaa.eyJa ',
+  'JWTs split at an escaped line break': 'eyJaaaa.\\n',
+  'whole JWTs': 'eyJaaaa.bbbb.cccc ',
+  dots: '.',
+  'admin token prefixes': 'bdu_admin_',
+};
+
+/**
+ * The scan on `chars` characters of each shape, one after the other in one process, twice
+ * each: a time in proportion to the text is the claim (a JIT state left by the shapes before
+ * once made `indexOf(…, from)` cost the rest of the text at each call: seconds for 250 kB).
+ */
+export function scrubShapeTimes(chars: number): Array<{ shape: string; ms: number }> {
+  return Object.entries(SHAPES).map(([shape, unit]) => {
+    const text = unit.repeat(Math.ceil(chars / unit.length)).slice(0, chars);
+    scrubTokens(text);
+    return {
+      shape,
+      ms: Math.min(
+        timed(() => scrubTokens(text)),
+        timed(() => scrubTokens(text)),
+      ),
+    };
+  });
+}
+
 export interface HeartbeatFigure {
   heartbeatMs: number;
   lines: number;

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { loadConfig } from '../config.js';
 import { startServer, type BeidouServer } from '../server/server.js';
-import { heartbeatGap, scrubTimes } from './agent-output.js';
+import { heartbeatGap, scrubShapeTimes, scrubTimes } from './agent-output.js';
 import { loopingAgents } from './budget.js';
 import { failoverTime } from './failover.js';
 import { failoverLine, fmt, median, pct } from './figures.js';
@@ -162,6 +162,8 @@ async function main(): Promise<void> {
       const old = f.oldMs === null ? '' : `   (the pattern it replaced: ${fmt(f.oldMs, 0)} ms)`;
       console.log(`  scrub ${f.chars.toLocaleString('en').padStart(9)} chars ${fmt(f.scanMs, 2).padStart(6)} ms${old}`);
     }
+    for (const f of scrubShapeTimes(1_000_000))
+      console.log(`  scrub 1,000,000 chars of ${f.shape}: ${fmt(f.ms, 2)} ms`);
     const hb = await heartbeatGap(OUTPUT_HEARTBEAT_S, OUTPUT_LINES, 1_000_000);
     console.log(
       `  a command agent printing ${hb.lines} lines of 1 MB of eyJ (cut to 64 KiB, scrubbed, logged at info): heartbeat every ${fmt(hb.heartbeatMs, 0)} ms, intervals while they were read: longest ${fmt(Math.max(...hb.gapsMs), 0)} ms, median ${fmt(median(hb.gapsMs), 0)} ms (n ${hb.gapsMs.length}); spawner lost: ${hb.lost ? 'YES' : 'no'}`,

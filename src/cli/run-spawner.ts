@@ -139,7 +139,7 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
         cut: (agentId, bytes, kept) =>
           logger.warn(
             { agent: agentId, bytes, kept },
-            `agent ${agentId} printed a line of ${bytes} bytes; only its first ${kept} bytes were read (the limit of a line)`,
+            `agent ${agentId} printed a line of ${bytes} bytes; only its first ${kept} bytes are logged`,
           ),
       },
       launcher,

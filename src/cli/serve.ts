@@ -36,6 +36,19 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
     if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND') fail(`cannot listen on host ${config.host} (${code})`, 2);
     fail(`cannot start: ${(err as Error).message}`, 1);
   }
+  // Before the line that says it is ready: a supervisor (or a test) that stops it as soon as it
+  // reads that line must find the handler there, not the default action that kills it uncleanly.
+  const stop = () => {
+    server.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`beidou: error while stopping: ${(err as Error).message}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
   process.stdout.write(`beidou listening on ${server.url}\n`);
   process.stdout.write(
     server.adminTokenFile ? `admin token in ${server.adminTokenFile}\n` : 'admin token from BEIDOU_ADMIN_TOKEN\n',
@@ -49,17 +62,6 @@ export async function serve(flags: ConfigFlags & { logFormat?: string }): Promis
         : `role: standby (the lease is held by ${holder ?? 'another replica'}; taking over when it expires)\n`,
     );
   }
-  const stop = () => {
-    server.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        process.stderr.write(`beidou: error while stopping: ${(err as Error).message}\n`);
-        process.exit(1);
-      },
-    );
-  };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
 }
 
 function fail(message: string, exitCode: number): never {

@@ -1,6 +1,7 @@
+import { accessSync, constants, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { defaultHome } from '../config.js';
-import { api, flagsFrom, printJson, serverUrl, type ClientOptions } from './client.js';
+import { api, CliError, flagsFrom, printJson, serverUrl, type ClientOptions } from './client.js';
 import { renderTaskDetail, renderTaskList, type TaskDetailView, type TaskListItem } from './render.js';
 import { headersHelper, quote, writeFileAtomic } from './wake/attach-settings.js';
 
@@ -45,12 +46,29 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
     ...(opts.name ? { name: opts.name } : {}),
     ...(opts.workspace ? { workspace: opts.workspace } : {}),
   };
+  const home = path.resolve(opts.home ?? defaultHome());
+  const agentsDir = path.join(home, 'agents');
+  // A root the user runs: its token waits in the file `beidou attach` would use, for the helper
+  // to read. The folder is made (and proved writable) first, so a refusal leaves no task behind.
+  if (!opts.spawn) ensureWritableDir(agentsDir);
   const created = await api<CreatedTask>(opts, 'POST', '/tasks', body, START_FLAGS);
   const server = serverUrl(opts);
-  const home = path.resolve(opts.home ?? defaultHome());
-  // A root the user runs: its token waits in the file `beidou attach` would use, for the helper to read.
-  const tokenFile = opts.spawn ? null : path.join(home, 'agents', `${created.root_agent_id}.token`);
-  if (tokenFile) writeFileAtomic(tokenFile, `${created.token}\n`, 0o600);
+  let tokenFile: string | null = null;
+  if (!opts.spawn) {
+    // The id names a file: only the shape our ids have (src/util/ids.ts), never a path.
+    if (!AGENT_ID.test(created.root_agent_id))
+      throw new CliError(
+        `the server created task ${created.task_id} but answered a root agent id that is not one (${JSON.stringify(created.root_agent_id)}): no token file was written`,
+      );
+    tokenFile = path.join(agentsDir, `${created.root_agent_id}.token`);
+    try {
+      writeFileAtomic(tokenFile, `${created.token}\n`, 0o600);
+    } catch (err) {
+      throw new CliError(
+        `task ${created.task_id} was created (root agent ${created.root_agent_id}), but its token could not be written to ${tokenFile} (${reason(err)}): get one with \`beidou token --agent ${created.root_agent_id}\``,
+      );
+    }
+  }
   const claudeLine = tokenFile
     ? `claude mcp add-json beidou ${quote(
         JSON.stringify({
@@ -96,6 +114,25 @@ export async function taskStart(text: string, opts: TaskStartOptions): Promise<v
     );
   }
   process.stdout.write(lines.join('\n'));
+}
+
+/** An agent id as the server makes them (`ag_` and 12 hex digits, src/util/ids.ts). */
+const AGENT_ID = /^ag_[0-9a-f]{12}$/;
+
+const reason = (err: unknown) => (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+
+/** Makes `dir` (0700) if it is missing and proves it writable; else a line for a person, exit 2. */
+function ensureWritableDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    accessSync(dir, constants.W_OK);
+    if (!statSync(dir).isDirectory()) throw Object.assign(new Error('not a folder'), { code: 'ENOTDIR' });
+  } catch (err) {
+    throw new CliError(
+      `cannot keep the root's token in ${dir} (${reason(err)}): make it a folder you can write, or pass --home DIR; no task was created`,
+      2,
+    );
+  }
 }
 
 export interface JsonOption extends ClientOptions {

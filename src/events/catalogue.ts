@@ -42,6 +42,14 @@ export const answerSchema = z.object({
 export type InboxKind = 'message' | 'user' | 'system' | 'review_report' | 'termination_request' | 'question' | 'answer';
 
 /**
+ * The longest `stderr` of an agent's failure event: what a spawner's ring holds (200 lines of
+ * 4 KiB, src/spawner/adapter.ts) with room for its notes, so a hostile post cannot put
+ * megabytes there.
+ */
+export const AGENT_STDERR_MAX_CHARS = 1_000_000;
+const stderrTail = z.string().max(AGENT_STDERR_MAX_CHARS);
+
+/**
  * Why an agent's process failed, as its spawner diagnosed it: its binary could not be run,
  * Claude Code is not logged in, the model API answered an error, or it exited non-zero.
  */
@@ -342,7 +350,7 @@ export const EVENT_FIELDS = {
     caller_id: id,
     exception: z.string(),
     msg: z.string(),
-    stderr: z.string(),
+    stderr: stderrTail,
     stop_reason: z.string().optional(),
     reason: z.enum(AGENT_ERROR_REASONS).optional(),
   }),
@@ -351,7 +359,7 @@ export const EVENT_FIELDS = {
     exception: z.string(),
     msg: z.string(),
     strike_count: z.number().int().min(1),
-    stderr: z.string(),
+    stderr: stderrTail,
   }),
   agent_completed: z.object({
     agent_id: id,
@@ -372,7 +380,7 @@ export const EVENT_FIELDS = {
   }),
   /** A clean turn after strikes: the agent's crash and contract-violation strikes start again from zero. */
   'strikes.reset': z.object({ agent_id: id }),
-  root_crash_escalation: z.object({ agent_id: id, crash_strikes: z.number().int(), stderr: z.string() }),
+  root_crash_escalation: z.object({ agent_id: id, crash_strikes: z.number().int(), stderr: stderrTail }),
   config_warning: z.object({ agent_id: id, skill: z.string(), warning: z.string() }),
   // ---- from `beidou hook` ----
   'ask_user_question.redirected': z.object({ caller_id: id, questions_count: z.number().int().min(0) }),

@@ -10,6 +10,7 @@ import type { Services } from '../runtime/services.js';
 import type { Watchdog } from '../runtime/watchdog.js';
 import { systemClock, type Clock } from '../util/clock.js';
 import { createLogger, type Logger } from '../util/logger.js';
+import { tightenHomeFiles } from '../util/private-home.js';
 import { VERSION } from '../util/version.js';
 import { openBindRefusal } from './http/host-guard.js';
 import { createHttpServer } from './http/limits.js';
@@ -85,11 +86,19 @@ export async function startServer(config: Config, options: StartOptions = {}): P
   if (bindRefusal) throw new ConfigError(bindRefusal);
   const home = prepareHome(config.home);
   const octal = (mode: number) => `0${mode.toString(8)}`;
-  if (home.tightenedFrom !== null)
+  if (home.tightenedFrom !== null) {
     logger.warn(
       { home: config.home, mode: octal(home.tightenedFrom) },
       `the home ${config.home} was mode ${octal(home.tightenedFrom)}, open to other users of this machine: set to 0700 (its event logs, plans and keys are the server's alone)`,
     );
+    // Its files may be as open: those an older version made keep their mode until set.
+    const files = tightenHomeFiles(config.home);
+    if (files.failed.length > 0)
+      logger.warn(
+        { home: config.home, failed: files.failed.length, first: files.failed[0] },
+        `${files.failed.length} of the files in the home ${config.home} could not be set to 0600 (first: ${files.failed[0]!.file}, ${files.failed[0]!.reason}): chmod them yourself`,
+      );
+  }
   if (home.couldNotTighten !== null)
     logger.warn(
       { home: config.home, reason: home.couldNotTighten },

@@ -1,7 +1,8 @@
 import type { ChildProcessWithoutNullStreams } from 'node:child_process';
-import type { AgentErrorReason } from '../events/catalogue.js';
+import { AGENT_STDERR_MAX_CHARS, type AgentErrorReason } from '../events/catalogue.js';
 import type { DrainedEvent, LaunchCommand } from '../protocol/spawner.js';
-import { AGENT_LINE_MAX_BYTES, type LineCut, readLines } from './line-reader.js';
+import { scrubTokens } from '../util/scrub.js';
+import { AGENT_LINE_MAX_BYTES, type LineCut, LineSplitter, readLines } from './line-reader.js';
 
 /** What went wrong with an agent's process, as an adapter diagnosed it. */
 export interface AgentFailure {
@@ -39,7 +40,7 @@ export interface AgentProcess {
   kill(): void;
   /** Settles when the process exits: `code` null means it was killed by `signal`. */
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  /** The last lines it wrote to stderr (at most 200). */
+  /** The last lines it wrote to stderr (at most 200 of 4 KiB each), tokens cut out. */
   stderrTail(): string;
   /** What the adapter learnt went wrong (the binary could not run, an error result), if anything. */
   failure(): AgentFailure | null;
@@ -94,24 +95,45 @@ export interface Adapter {
   start(spec: StartSpec, hooks: AdapterHooks): AgentProcess;
 }
 
-/** A bounded ring of the last stderr lines, for crash reports. */
+/** How many of an agent's last stderr lines its crash report keeps, and the longest of each. */
+export const STDERR_LINES = 200;
+export const STDERR_LINE_MAX_BYTES = 4 * 1024;
+
+const marked = (line: string, cut: LineCut | null) => (cut ? `${line} [cut: a line of ${cut.bytes} bytes]` : line);
+
+/**
+ * A bounded ring of the last stderr lines, for crash reports: read by the same splitter as
+ * stdout, each line at most STDERR_LINE_MAX_BYTES (a longer one cut, with a note), so a line
+ * without its newline costs no more than the cap, and what it holds is at most
+ * STDERR_LINES × STDERR_LINE_MAX_BYTES.
+ */
 export class LineRing {
   private readonly lines: string[] = [];
-  private partial = '';
+  private readonly splitter: LineSplitter;
 
-  constructor(private readonly size = 200) {}
-
-  push(chunk: string): void {
-    const parts = (this.partial + chunk).split('\n');
-    this.partial = parts.pop() ?? '';
-    for (const line of parts) {
-      this.lines.push(line);
+  constructor(
+    private readonly size = STDERR_LINES,
+    maxLineBytes = STDERR_LINE_MAX_BYTES,
+  ) {
+    this.splitter = new LineSplitter(maxLineBytes, (line, cut) => {
+      this.lines.push(marked(line, cut));
       if (this.lines.length > this.size) this.lines.shift();
-    }
+    });
   }
 
+  push(chunk: Buffer | string): void {
+    this.splitter.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+  }
+
+  /**
+   * The last lines, the one still being written included, with tokens cut out (the tail is
+   * posted in events and shown to people), within what the event's schema takes.
+   */
   text(): string {
-    return [...this.lines, ...(this.partial ? [this.partial] : [])].slice(-this.size).join('\n');
+    const current = this.splitter.current();
+    const lines = current ? [...this.lines, marked(current.line, current.cut)] : this.lines;
+    const text = scrubTokens(lines.slice(-this.size).join('\n'));
+    return text.length > AGENT_STDERR_MAX_CHARS ? text.slice(-AGENT_STDERR_MAX_CHARS) : text;
   }
 }
 
@@ -129,7 +151,7 @@ export function wrapChild(
 ): Omit<AgentProcess, 'deliver'> & { writeLine: (line: string) => void; setFailure: (f: AgentFailure | null) => void } {
   const stderr = new LineRing();
   let failure: AgentFailure | null = null;
-  child.stderr.setEncoding('utf8').on('data', (d: string) => stderr.push(d));
+  child.stderr.on('data', (d: Buffer) => stderr.push(d));
   readLines(child.stdout, maxLineBytes, onLine);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once('close', (code, signal) => resolve({ code, signal }));

@@ -263,12 +263,13 @@ export class Spawner implements SupervisorHost {
     const wanted = this.opts.workdir
       ? path.join(this.opts.workdir, launch.task_id, launch.agent_id)
       : launch.workspace_path;
+    // Folders made here are the spawner user's alone (an existing one, the user's own, is left as it is).
     try {
-      mkdirSync(wanted, { recursive: true });
+      mkdirSync(wanted, { recursive: true, mode: 0o700 });
       return wanted;
     } catch {
       const fallback = path.join(os.tmpdir(), 'beidou-agents', launch.task_id, launch.agent_id);
-      mkdirSync(fallback, { recursive: true });
+      mkdirSync(fallback, { recursive: true, mode: 0o700 });
       return fallback;
     }
   }

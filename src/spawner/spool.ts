@@ -95,7 +95,9 @@ export class Spool {
     spool.fileBytes = goodBytes;
     spool.nextSeq = Math.max(identity?.seq_reserved ?? 1, (entries.at(-1)?.seq ?? 0) + 1);
     spool.reserve();
-    spool.fh = await open(spool.file, 'a');
+    // The spool holds the agents' reports: the spawner user's alone, a file an older version made included.
+    spool.fh = await open(spool.file, 'a', 0o600);
+    await spool.fh.chmod(0o600);
     return spool;
   }
 
@@ -274,7 +276,7 @@ export class Spool {
     await rename(tmp, this.file);
     const folder = await open(this.dir, 'r');
     await folder.sync().finally(() => folder.close());
-    this.fh = await open(this.file, 'a');
+    this.fh = await open(this.file, 'a', 0o600);
     this.fileBytes = Buffer.byteLength(text);
     this.ackedBytes = 0;
   }

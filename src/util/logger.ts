@@ -1,6 +1,9 @@
 import { createRequire } from 'node:module';
 import { pino, type DestinationStream, type Logger } from 'pino';
 import type pinoPrettyModule from 'pino-pretty';
+import { scrubTokens } from './scrub.js';
+
+export { scrubTokens } from './scrub.js';
 
 // pino-pretty (a CommonJS package) is required only for the pretty format: a server logging
 // JSON, as under a supervisor or in a container, does not load it.
@@ -58,89 +61,34 @@ export const REDACT_PATHS = [
   '*.*.secret',
 ];
 
-/** The characters of a JWT's three parts (base64url): `[A-Za-z0-9_-]`. */
-function isTokenChar(c: number): boolean {
-  return (
-    (c >= 97 && c <= 122) || // a-z
-    (c >= 65 && c <= 90) || // A-Z
-    (c >= 48 && c <= 57) || // 0-9
-    c === 95 || // _
-    c === 45 // -
-  );
-}
-
-/** Where the run of token characters starting at `from` ends. */
-function runEnd(text: string, from: number): number {
-  let i = from;
-  while (i < text.length && isTokenChar(text.charCodeAt(i))) i++;
-  return i;
-}
-
-const DOT = 46;
-/** Each of a JWT's parts has at least this many characters (the header's after its `eyJ`). */
-const MIN_PART = 4;
+/** Nested fields looked at down to this depth: as deep as a redact path reaches (`*.*.token`). */
+const URL_DEPTH = 3;
 
 /**
- * Text that may quote a token (an agent's own output, an error message): every JWT (our
- * agent, launch and spawner tokens) cut out. What it cuts is what the pattern
- * `eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}` matches, found by a scan
- * rather than that regular expression: its backtracking made a run of `eyJeyJ…` (an
- * agent's hostile output) quadratic, seconds for a few hundred kilobytes; the scan reads
- * each character a bounded number of times (at most three: as the header, the payload,
- * then the signature of a candidate).
+ * A log line's fields with each `URL` object (a server address, a database URL) as its text,
+ * its password hidden: the redact paths read `password` of every field, and a `URL`'s
+ * `password` getter throws on the copy the redaction makes. Copied only where something changed.
  */
-export function scrubTokens(text: string): string {
-  let at = text.indexOf('eyJ');
-  if (at === -1) return text;
-  let out = '';
-  let copied = 0;
-  while (at !== -1) {
-    // Greedy like the pattern: each part is a whole run of token characters, the first
-    // from its leftmost `eyJ` (a later `eyJ` in the same run has fewer characters after it).
-    const headerEnd = runEnd(text, at + 3);
-    let end = -1;
-    if (headerEnd - at - 3 >= MIN_PART && text.charCodeAt(headerEnd) === DOT) {
-      const payloadEnd = runEnd(text, headerEnd + 1);
-      if (payloadEnd - headerEnd - 1 >= MIN_PART && text.charCodeAt(payloadEnd) === DOT) {
-        const signatureEnd = runEnd(text, payloadEnd + 1);
-        if (signatureEnd - payloadEnd - 1 >= MIN_PART) end = signatureEnd;
-      }
-    }
-    if (end === -1) {
-      // No token starts in this run: the next may start in the payload (after the dot).
-      at = text.indexOf('eyJ', headerEnd);
-      continue;
-    }
-    out += `${text.slice(copied, at)}[redacted-token]`;
-    copied = end;
-    at = text.indexOf('eyJ', end);
+export function urlsAsText<T>(value: T, depth = URL_DEPTH): T {
+  if (value instanceof URL) {
+    const shown = new URL(value.href);
+    if (shown.password) shown.password = 'redacted';
+    return shown.href as T;
   }
-  return out + text.slice(copied);
-}
-
-/** Nested fields scrubbed down to this depth (what we log is shallow; the rest is left as it is). */
-const SCRUB_DEPTH = 3;
-
-/**
- * A log line's fields with tokens cut out of their strings (an agent's invalid event line,
- * an error's text), copied only where something changed.
- */
-export function scrubFields<T>(value: T, depth = SCRUB_DEPTH): T {
-  if (typeof value === 'string') return scrubTokens(value) as T;
   if (depth === 0 || value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) {
     let copy: unknown[] | null = null;
     value.forEach((item, i) => {
-      const scrubbed = scrubFields(item, depth - 1);
-      if (scrubbed !== item) (copy ??= [...value])[i] = scrubbed;
+      const shown = urlsAsText(item, depth - 1);
+      if (shown !== item) (copy ??= [...value])[i] = shown;
     });
     return (copy ?? value) as T;
   }
   if (Object.getPrototypeOf(value) !== Object.prototype) return value;
   let copy: Record<string, unknown> | null = null;
   for (const [key, item] of Object.entries(value)) {
-    const scrubbed = scrubFields(item, depth - 1);
-    if (scrubbed !== item) (copy ??= { ...(value as Record<string, unknown>) })[key] = scrubbed;
+    const shown = urlsAsText(item, depth - 1);
+    if (shown !== item) (copy ??= { ...(value as Record<string, unknown>) })[key] = shown;
   }
   return (copy ?? value) as T;
 }
@@ -172,18 +120,14 @@ export function createLogger(
       level,
       base: { name: 'beidou' },
       redact: { paths: REDACT_PATHS, censor: '[redacted]' },
-      // Field names cover what we log on purpose; a message text or a field's text can still
-      // quote a token (an agent printing its own curl line, an invalid event line it printed),
-      // so tokens are cut out of message strings and of the fields' strings too.
-      formatters: { log: (fields) => scrubFields(fields) },
-      hooks: {
-        logMethod(args, method) {
-          method.apply(
-            this,
-            args.map((a) => (typeof a === 'string' ? scrubTokens(a) : a)) as Parameters<typeof method>,
-          );
-        },
-      },
+      // A URL logged as the merging object itself becomes a field of its own.
+      formatters: { log: (fields) => (fields instanceof URL ? { url: urlsAsText(fields) } : urlsAsText(fields)) },
+      // Field names cover what we log on purpose; a text can still quote a token (an agent
+      // printing its own curl line, an error's message or stack, a child logger's bindings, a
+      // `%o` argument), so the finished line is scrubbed, in one pass, before it is written:
+      // JSON escaping leaves a token's characters as they are, and the pretty format is made
+      // from this line.
+      hooks: { streamWrite: scrubTokens },
     },
     out,
   );

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -12,8 +12,8 @@ import { connectAgent, removeHome, tempHome } from '../support/server.js';
  * nothing here comes from the umask) creates it 0700 and every file it writes 0600: the event
  * logs, the plans (removed ones too), `stats.db` with its `-wal` and `-shm` (the rollups and
  * the archive index), the home lock and its pid file, `secret` and `admin.token`. A home an
- * older version left open to others is set to 0700 at start, with a warning, and its logs
- * and `stats.db` to 0600. Embedded store only: the PostgreSQL store keeps these in the database.
+ * older version left open to others is set to 0700 at start, with a warning, and every file of
+ * the server in it to 0600 (folders 0700), the ones it does not open again included. Embedded store only: the PostgreSQL store keeps these in the database.
  */
 
 beforeAll(() => buildCli(false), 120_000);
@@ -72,6 +72,15 @@ function modes(dir: string): Record<string, string> {
   return out;
 }
 
+/** What `found` (modes()) should be: every folder 0700, every file 0600. */
+const expected = (home: string, found: Record<string, string>) =>
+  Object.fromEntries(
+    Object.keys(found).map((name) => [
+      name,
+      name === '.' || statSync(path.join(home, name)).isDirectory() ? '700' : '600',
+    ]),
+  );
+
 /** Work that writes every kind of file: a task's log, a plan and a removed plan, rollups. */
 async function work(url: string, home: string): Promise<{ taskId: string }> {
   const admin = readFileSync(path.join(home, 'admin.token'), 'utf8').trim();
@@ -121,22 +130,15 @@ describe("the home and its files are the server user's alone", () => {
         'admin.token',
       ]),
     );
-    const expected = (found: Record<string, string>) =>
-      Object.fromEntries(
-        Object.keys(found).map((name) => [
-          name,
-          name === '.' || statSync(path.join(home, name)).isDirectory() ? '700' : '600',
-        ]),
-      );
-    expect(running).toEqual(expected(running));
+    expect(running).toEqual(expected(home, running));
 
     expect(await server.stop()).toBe(0);
     const stopped = modes(home);
-    expect(stopped).toEqual(expected(stopped));
+    expect(stopped).toEqual(expected(home, stopped));
     expect(server.stderr()).not.toMatch(/set to 0700/);
   });
 
-  it('a home left open to others (an older version) is set to 0700 at start, with a warning; its log and stats.db to 0600', async (ctx) => {
+  it('a home left open to others (an older version) is set to 0700 at start, with a warning, and every file of the server in it to 0600', async (ctx) => {
     const home = tempHome();
     ctx.onTestFinished(() => removeHome(home));
     const first = await serve(ctx, home);
@@ -147,11 +149,28 @@ describe("the home and its files are the server user's alone", () => {
     chmodSync(home, 0o755);
     chmodSync(log, 0o644);
     chmodSync(path.join(home, 'stats.db'), 0o644);
+    // Files a start does not open again (a file's mode is set only when it is made): a plan,
+    // the log of an archived task, an old lock.pid, a token `task start` kept; their folders.
+    const plans = path.join(home, 'plans', taskId);
+    for (const plan of readdirSync(plans)) chmodSync(path.join(plans, plan), 0o644);
+    chmodSync(plans, 0o755);
+    chmodSync(path.join(home, 'plans'), 0o755);
+    chmodSync(path.join(home, 'events'), 0o755);
+    writeFileSync(path.join(home, 'events', 'tsk_0123456789ab.jsonl.bak-1'), '', { mode: 0o644 });
+    writeFileSync(path.join(home, 'lock.pid'), '1\n', { mode: 0o644 });
+    mkdirSync(path.join(home, 'agents'), { mode: 0o755 });
+    writeFileSync(path.join(home, 'agents', 'ag_0123456789ab.token'), 'x\n', { mode: 0o644 });
+    chmodSync(path.join(home, 'secret'), 0o644);
 
     const again = await serve(ctx, home);
     expect((statSync(home).mode & 0o777).toString(8)).toBe('700');
     expect((statSync(log).mode & 0o777).toString(8)).toBe('600');
     expect((statSync(path.join(home, 'stats.db')).mode & 0o777).toString(8)).toBe('600');
+    const now = modes(home);
+    expect(Object.keys(now)).toEqual(
+      expect.arrayContaining(['agents/ag_0123456789ab.token', 'events/tsk_0123456789ab.jsonl.bak-1', 'lock.pid']),
+    );
+    expect(now).toEqual(expected(home, now));
     const warnings = again
       .stderr()
       .split('\n')
@@ -165,6 +184,7 @@ describe("the home and its files are the server user's alone", () => {
         msg: `the home ${home} was mode 0755, open to other users of this machine: set to 0700 (its event logs, plans and keys are the server's alone)`,
       }),
     ]);
-    expect(await again.stop()).toBe(0);
+    const code = await again.stop();
+    expect(code, again.stderr()).toBe(0);
   });
 });

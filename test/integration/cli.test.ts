@@ -1,5 +1,7 @@
 import { spawnSync } from 'node:child_process';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
 import { buildCli, CliChild } from '../support/cli.js';
@@ -206,6 +208,55 @@ describe('beidou client commands', () => {
     } finally {
       await agent.close();
     }
+  });
+
+  it('task start --no-spawn refuses before creating the task when the token cannot be kept, in a line for a person', async (ctx) => {
+    // Another home for the client (the server's admin token from the environment), whose
+    // `agents` is a file, not a folder.
+    const other = tempHome();
+    ctx.onTestFinished(() => removeHome(other));
+    writeFileSync(path.join(other, 'agents'), 'not a folder');
+    const before = (await apiCall(server.url, home, 'GET', '/tasks')).body.tasks.length;
+    const { code, stdout, stderr } = await run(
+      ['task', 'start', 'nowhere to keep the token', '--no-spawn', '--server', server.url, '--home', other],
+      { BEIDOU_ADMIN_TOKEN: adminTokenOf(home) },
+    );
+    expect({ code, stdout }).toEqual({ code: 2, stdout: '' });
+    expect(stderr).toMatch(
+      new RegExp(
+        `^beidou: cannot keep the root's token in ${path.join(other, 'agents')} \\(E[A-Z]+\\): make it a folder you can write, or pass --home DIR; no task was created\n$`,
+      ),
+    );
+    expect((await apiCall(server.url, home, 'GET', '/tasks')).body.tasks).toHaveLength(before);
+  });
+
+  it('task start --no-spawn writes no token file for a root agent id that is not one (a hostile server)', async (ctx) => {
+    const hostile = createServer((req, res) => {
+      req.resume();
+      res.setHeader('content-type', 'application/json');
+      res.end(
+        JSON.stringify({
+          task_id: 'tsk_0123456789ab',
+          root_agent_id: '../../escaped',
+          token: 'x',
+          mcp_url: 'http://x/mcp',
+        }),
+      );
+    });
+    await new Promise<void>((resolve) => hostile.listen(0, '127.0.0.1', resolve));
+    ctx.onTestFinished(() => new Promise<void>((resolve) => hostile.close(() => resolve())));
+    const other = path.join(tempHome(), 'home');
+    ctx.onTestFinished(() => removeHome(path.dirname(other)));
+    const url = `http://127.0.0.1:${(hostile.address() as AddressInfo).port}`;
+    const { code, stderr } = await run(['task', 'start', 'x', '--no-spawn', '--server', url, '--home', other], {
+      BEIDOU_ADMIN_TOKEN: 'bdu_admin_not-checked-by-this-server',
+    });
+    expect(code).toBe(1);
+    expect(stderr).toBe(
+      'beidou: the server created task tsk_0123456789ab but answered a root agent id that is not one ("../../escaped"): no token file was written\n',
+    );
+    expect(existsSync(path.join(other, '..', 'escaped.token'))).toBe(false);
+    expect(readdirSync(path.join(other, 'agents'))).toEqual([]);
   });
 
   it('task start --print-token prints the token too, the one in the file', async () => {

@@ -33,6 +33,32 @@ async function serve(ctx: TestContext, home: string, args: string[], env: Record
   return child;
 }
 
+/**
+ * The variables the ENV instructions of a Dockerfile set (`ENV K=V K2=V2`, continued with `\`
+ * over lines): comment lines are no instruction, and a continued instruction's comment
+ * lines are skipped as Docker skips them.
+ */
+function dockerEnv(dockerfile: string): Record<string, string> {
+  const instructions: string[] = [];
+  let current = '';
+  for (const raw of dockerfile.split('\n')) {
+    if (/^\s*#/.test(raw)) continue;
+    const continued = /\\\s*$/.test(raw);
+    current += ` ${raw.replace(/\\\s*$/, '')}`;
+    if (continued) continue;
+    instructions.push(current.trim());
+    current = '';
+  }
+  if (current.trim()) instructions.push(current.trim());
+  const env: Record<string, string> = {};
+  for (const line of instructions) {
+    const m = /^ENV\s+(.*)$/i.exec(line);
+    if (!m) continue;
+    for (const pair of m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(\S*)/g)) env[pair[1]!] = pair[2]!;
+  }
+  return env;
+}
+
 function get(port: number, host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const req = http.request(
@@ -98,12 +124,16 @@ describe('beidou serve bound off loopback', () => {
   });
 
   it("starts with the Dockerfile's settings, answering localhost and refusing other names", async (ctx) => {
-    // ENV lines of the runtime stage: BEIDOU_HOST=0.0.0.0 and the names it answers to.
+    // The ENV instructions of the runtime stage: BEIDOU_HOST=0.0.0.0 and the names it answers to
+    // (a comment naming a setting sets nothing).
+    expect(
+      dockerEnv('# run with -e BEIDOU_ALLOWED_HOSTS=x\nENV BEIDOU_HOST=0.0.0.0 \\\n    NODE_ENV=production\n'),
+    ).toEqual({
+      BEIDOU_HOST: '0.0.0.0',
+      NODE_ENV: 'production',
+    });
     const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
-    const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
-    const env = Object.fromEntries(
-      [...runtime.matchAll(/\b(BEIDOU_[A-Z_]+)=(\S+)/g)].map((m) => [m[1]!, m[2]!.replace(/\\$/, '')]),
-    );
+    const env = dockerEnv(dockerfile.slice(dockerfile.lastIndexOf('\nFROM ')));
     expect(env).toMatchObject({ BEIDOU_HOST: '0.0.0.0', BEIDOU_ALLOWED_HOSTS: expect.any(String) });
     delete env.BEIDOU_HOME;
     const child = await serve(ctx, homeFor(ctx), [], env);

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { AGENT_STDERR_MAX_CHARS } from '../../src/events/catalogue.js';
 import { handSpawner } from '../support/spawner-stream.js';
 import { durableEvents, eventsNamed, waitForEvent } from '../support/events.js';
 import { connectAgent, FakeClock, removeHome, startTestServer, type TestServer } from '../support/server.js';
@@ -92,6 +93,16 @@ describe('spawner protocol', () => {
       events: [{ event: 'task_ended', status: 'done', reason: 'x' }],
     });
     expect(notAllowed).toMatchObject({ status: 400, body: { details: { field: 'events[0].event' } } });
+    // An agent's stderr tail is bounded by what a spawner's ring holds: megabytes are refused.
+    const flood = await s.post(`/agents/${task.root_agent_id}/events`, {
+      events: [
+        { event: 'agent_error', exception: 'ProcessExit', msg: 'x', stderr: 'e'.repeat(AGENT_STDERR_MAX_CHARS + 1) },
+      ],
+    });
+    expect(flood).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_input', details: { field: 'events[0].stderr' } },
+    });
 
     expect((await ts.api('POST', `/tasks/${task.task_id}/terminate`, {})).status).toBe(200);
     expect(await s.next('terminate')).toEqual({ type: 'terminate', agent_id: task.root_agent_id });

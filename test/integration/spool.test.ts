@@ -1,5 +1,14 @@
 import { execFileSync } from 'node:child_process';
-import { appendFileSync, cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -319,5 +328,37 @@ describe('a server outage', () => {
     expect(starts[1]! - crashes[0]!).toBeGreaterThanOrEqual(0.3 - 0.05);
     expect(starts[2]! - crashes[1]!).toBeGreaterThanOrEqual(0.6 - 0.05);
     expect(crashes[2]! - crashes[0]!).toBeGreaterThan(0.8);
+  });
+
+  it("keeps its spool file and the agents' new workspace folders the spawner user's alone (0600, 0700)", async () => {
+    ts = await startTestServer();
+    const tmp = (prefix: string) => {
+      const d = mkdtempSync(path.join(os.tmpdir(), prefix));
+      dirs.push(d);
+      return d;
+    };
+    dirs.push(ts.home);
+    const scriptFile = path.join(ts.home, 'script.json');
+    writeFileSync(scriptFile, JSON.stringify({ root: [text('here')] }));
+    // A spool file an older spawner left (created with the umask's mode), and one made anew.
+    const spool = tmp('beidou-spool-modes-');
+    writeFileSync(path.join(spool, 'spool.jsonl'), '', { mode: 0o644 });
+    const fresh = tmp('beidou-spool-fresh-');
+    await (await Spool.open(fresh, { maxBytes: 1 << 20, newInstance: () => 'box-2' })).close();
+    expect(statSync(path.join(fresh, 'spool.jsonl')).mode & 0o777).toBe(0o600);
+    const workdir = path.join(tmp('beidou-work-'), 'agents');
+    const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
+    const task = (await ts.api('POST', '/tasks', { task: 'private' })).body as {
+      task_id: string;
+      root_agent_id: string;
+    };
+    spawners.push(spawnSpawner(ts.url, token, scriptFile, ['--spool-dir', spool, '--workdir', workdir]));
+    await waitUntil(ts, task.task_id, (ev) => (eventsNamed(ev, 'assistant_text').length > 0 ? ev : undefined), {
+      what: 'the agent ran',
+      timeoutMs: 20_000,
+    });
+    expect(statSync(path.join(spool, 'spool.jsonl')).mode & 0o777).toBe(0o600);
+    for (const dir of [workdir, path.join(workdir, task.task_id), path.join(workdir, task.task_id, task.root_agent_id)])
+      expect({ dir, mode: statSync(dir).mode & 0o777 }).toEqual({ dir, mode: 0o700 });
   });
 });

@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { LineSplitter, readLines, type LineCut } from '../../src/spawner/line-reader.js';
+import { cutToBytes, LineSplitter, readLines, type LineCut } from '../../src/spawner/line-reader.js';
 
 /**
  * How the spawner reads an agent's stdout (src/spawner/line-reader.ts): lines as readline
@@ -88,6 +88,45 @@ describe('LineSplitter', () => {
       { line: 'abcde', cut: null },
       { line: 'abcde', cut: { bytes: 6, kept: 5 } },
     ]);
+  });
+
+  it("holds one buffer of at most the cap for a line fed a byte at a time, and frees a long line's buffer after it", () => {
+    // A buffer per chunk made single-byte chunks cost an object per byte (a 4 MiB line, about 600 MB).
+    const max = 128 * 1024;
+    const out: Array<{ line: string; cut: LineCut | null }> = [];
+    const splitter = new LineSplitter(max, (l, cut) => out.push({ line: l, cut }));
+    const line = Buffer.from('é'.repeat(200_000)); // 400,000 bytes
+    let mostAllocated = 0;
+    let grew = 0;
+    let last = 0;
+    for (let i = 0; i < line.length; i++) {
+      splitter.push(line.subarray(i, i + 1));
+      if (splitter.allocated !== last) grew++;
+      last = splitter.allocated;
+      mostAllocated = Math.max(mostAllocated, splitter.allocated);
+    }
+    expect(mostAllocated).toBe(max);
+    // Grown by doubling: a handful of buffers for the whole line, not one per byte.
+    expect(grew).toBeLessThanOrEqual(Math.ceil(Math.log2(max / 256)) + 1);
+    expect(splitter.held).toBe(max);
+    splitter.push(Buffer.from('\n'));
+    expect(out).toEqual([{ line: 'é'.repeat(max / 2), cut: { bytes: 400_000, kept: max } }]);
+    expect(splitter.allocated).toBe(0);
+    // Short lines reuse a small buffer.
+    splitter.push(Buffer.from('a\nbb\nccc'));
+    expect(splitter.allocated).toBeLessThanOrEqual(256);
+    expect(splitter.current()).toEqual({ line: 'ccc', cut: null });
+    splitter.end();
+    expect(out.slice(1).map((l) => l.line)).toEqual(['a', 'bb', 'ccc']);
+  });
+
+  it('cuts a text read whole to a byte budget for the log, back to a whole character, with its length', () => {
+    expect(cutToBytes('short', 8)).toBeNull();
+    expect(cutToBytes('abcdefgh', 8)).toBeNull();
+    expect(cutToBytes('abcdefghi', 8)).toEqual({ text: 'abcdefgh', cut: { bytes: 9, kept: 8 } });
+    expect(cutToBytes('ééééé', 5)).toEqual({ text: 'éé', cut: { bytes: 10, kept: 4 } });
+    expect(cutToBytes('ab😀😀', 5)).toEqual({ text: 'ab', cut: { bytes: 10, kept: 2 } });
+    expect(cutToBytes('abcd😀', 5)).toEqual({ text: 'abcd', cut: { bytes: 8, kept: 4 } });
   });
 
   it('reads a stream to its end through readLines', async () => {

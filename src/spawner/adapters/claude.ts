@@ -205,7 +205,13 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
       const drain = new StreamJsonDrain();
       const { writeLine, setFailure, ...proc } = wrapChild(
         child,
-        (line) => {
+        (line, cut) => {
+          // A line past 4 MiB is cut, so no longer JSON: the drain drops it, and this says so.
+          if (cut)
+            opts.logger.warn(
+              { agent: spec.launch.agent_id, bytes: cut.bytes, kept: cut.kept },
+              `agent ${spec.launch.agent_id} printed a line of ${cut.bytes} bytes; only its first ${cut.kept} bytes were read (the limit of a line), and it was dropped`,
+            );
           const out = drain.line(line);
           if (out.sessionId) hooks.onSession(out.sessionId);
           for (const event of out.events) hooks.onEvent(event);

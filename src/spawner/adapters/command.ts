@@ -3,7 +3,7 @@ import type { Adapter, AdapterHooks, AgentProcess, StartSpec } from '../adapter.
 import { wrapChild } from '../adapter.js';
 import type { AgentLauncher } from '../agent-launcher.js';
 import { drainedEventProblem } from '../drain.js';
-import { COMMAND_LINE_MAX_BYTES } from '../line-reader.js';
+import { COMMAND_LINE_MAX_BYTES, cutToBytes, type LineCut } from '../line-reader.js';
 import type { AgentLaunchDir } from '../launch-files.js';
 
 /** A text also given as an environment variable only up to this size (bytes): Linux caps one at 128 KiB (E2BIG). */
@@ -25,7 +25,7 @@ export interface CommandAdapterOutput {
   line(agentId: string, line: string): void;
   /** An event line the server would refuse: `problem` names the field. It is not posted. */
   invalid(agentId: string, line: string, problem: string): void;
-  /** A line longer than COMMAND_LINE_MAX_BYTES: `bytes` long, only its first `kept` bytes read (then logged or parsed as any line). */
+  /** A line longer than COMMAND_LINE_MAX_BYTES that is logged: `bytes` long, only its first `kept` bytes logged. */
   cut(agentId: string, bytes: number, kept: number): void;
 }
 
@@ -35,8 +35,9 @@ export interface CommandAdapterOutput {
  * terminated), and may print JSON objects with an `event` field on stdout to report events;
  * any other output is logged. Each valid event line also counts as a clean turn; an invalid
  * one (an unknown event, a missing or wrong field) is printed with the field and dropped.
- * A line longer than 64 KiB is cut there (with a note of its length): an event line that long
- * is dropped, being no longer JSON.
+ * A line is read whole up to 4 MiB (the largest request the server takes), so an event line
+ * of a long text is posted whole; what is logged of a line is cut to 64 KiB (with a note of
+ * its length). A line past 4 MiB is no longer JSON: it is logged, cut.
  */
 export function commandAdapter(command: string, out: CommandAdapterOutput, launcher: AgentLauncher): Adapter {
   return {
@@ -76,17 +77,16 @@ export function commandAdapter(command: string, out: CommandAdapterOutput, launc
       hooks.onSession(spec.sessionId);
       const { writeLine, ...proc } = wrapChild(
         child,
-        (line, cut) => {
-          if (cut) out.cut(launch.agent_id, cut.bytes, cut.kept);
-          const event = parseEventLine(line);
-          if (!event) return out.line(launch.agent_id, line);
+        (line, readCut) => {
+          // A line cut at 4 MiB is no longer JSON.
+          const event = readCut ? null : parseEventLine(line);
+          if (!event) return out.line(launch.agent_id, forLog(launch.agent_id, line, readCut, out));
           const problem = drainedEventProblem(event);
-          if (problem) return out.invalid(launch.agent_id, line, problem);
+          if (problem) return out.invalid(launch.agent_id, forLog(launch.agent_id, line, readCut, out), problem);
           hooks.onEvent(event);
           hooks.onCleanTurn();
         },
         command,
-        COMMAND_LINE_MAX_BYTES,
       );
       const write = (obj: unknown) => writeLine(JSON.stringify(obj));
       if (spec.nudge)
@@ -100,6 +100,13 @@ export function commandAdapter(command: string, out: CommandAdapterOutput, launc
       return { ...proc, deliver: (message) => write(message) };
     },
   };
+}
+
+/** What is logged of a line read whole: its first 64 KiB, with a note of its real length when cut. */
+function forLog(agentId: string, line: string, readCut: LineCut | null, out: CommandAdapterOutput): string {
+  const logged = cutToBytes(line, COMMAND_LINE_MAX_BYTES);
+  if (logged) out.cut(agentId, readCut?.bytes ?? logged.cut.bytes, logged.cut.kept);
+  return logged?.text ?? line;
 }
 
 function parseEventLine(line: string): DrainedEvent | null {
