@@ -7,7 +7,7 @@ import { STDERR_LINE_MAX_BYTES, STDERR_LINES } from '../../src/spawner/adapter.j
 import { createLogger } from '../../src/util/logger.js';
 import { COMMAND_LINE_MAX_BYTES } from '../../src/spawner/line-reader.js';
 import { eventsNamed, waitForEvent, waitUntil } from '../support/events.js';
-import { CLI, SCRIPTED_AGENT } from '../support/process.js';
+import { CLI, SCRIPTED_AGENT, scriptedAgentArgs } from '../support/process.js';
 import { removeHome, startTestServer, type TestServer } from '../support/server.js';
 
 /**
@@ -152,7 +152,13 @@ describe('a 1 MB line from a command agent', () => {
 
     const { logLines } = await startSpawner(
       ts,
-      ['--adapter', 'command', '--command', `"${process.execPath}" "${SCRIPTED_AGENT}"`],
+      [
+        '--adapter',
+        'command',
+        '--command',
+        `"${process.execPath}" "${SCRIPTED_AGENT}"`,
+        ...scriptedAgentArgs(scriptFile),
+      ],
       { BEIDOU_SCRIPT: scriptFile },
     );
 
@@ -224,7 +230,17 @@ describe("an agent's stderr and over-long lines", () => {
     const task = (await ts.api('POST', '/tasks', { task: 'crash loudly' })).body as { task_id: string };
     await startSpawner(
       ts,
-      ['--adapter', 'command', '--command', `"${process.execPath}" "${agent}"`, '--restart-backoff', '0.1,0.1,0.1'],
+      [
+        '--adapter',
+        'command',
+        '--command',
+        `"${process.execPath}" "${agent}"`,
+        '--restart-backoff',
+        '0.1,0.1,0.1',
+        // The sandbox hides the temporary folder the agent is written to.
+        '--sandbox-bind',
+        `${agent}:ro`,
+      ],
       {},
     );
     const events = await waitUntil(
@@ -266,7 +282,11 @@ describe("an agent's stderr and over-long lines", () => {
     );
     chmodSync(bin, 0o755);
     const task = (await ts.api('POST', '/tasks', { task: 'print a long line' })).body as { root_agent_id: string };
-    const { logged } = await startSpawner(ts, ['--adapter', 'claude', '--claude-bin', bin, '--skip-preflight'], {});
+    const { logged } = await startSpawner(
+      ts,
+      ['--adapter', 'claude', '--claude-bin', bin, '--skip-preflight', '--sandbox-bind', `${bin}:ro`],
+      {},
+    );
     const note = await logged((l) => l.bytes !== undefined, 'the note of the cut line');
     expect(note).toMatchObject({ level: 40, agent: task.root_agent_id, kept: 4 * 1024 * 1024 });
     expect(note.bytes).toBeGreaterThan(5 * 1024 * 1024);
