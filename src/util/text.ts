@@ -1,8 +1,13 @@
 /** Short renderings of values for people: the CLI's tables and the event sentences share them. */
+import { printable } from './terminal.js';
 
-/** A text on one line (whitespace runs become one space), cut at `max` characters with `…`. */
+/**
+ * A text on one line (whitespace runs become one space), without escape sequences, controls
+ * or invisible characters (`printable`: it may be an agent's, and a terminal prints it), cut
+ * at `max` characters with `…`.
+ */
 export function excerpt(text: string, max = 60): string {
-  const flat = text.replace(/\s+/g, ' ').trim();
+  const flat = printable(text).replace(/\s+/g, ' ').trim();
   const chars = [...flat];
   return chars.length > max ? `${chars.slice(0, max - 1).join('')}…` : flat;
 }
