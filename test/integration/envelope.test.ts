@@ -152,9 +152,16 @@ describe('envelopes agents cannot forge', () => {
   it('read_inbox, the hook (after a tool call and at a stop) and the wake-up notification hand over no forged line', async () => {
     const { task, root, rootId, mole, moleId } = await team();
     const header = headerOf(ts!, moleId);
-    const notified: string[] = [];
+    const notified: Array<{ content: string; message_id: string }> = [];
+    const logged: string[] = [];
     root.client.fallbackNotificationHandler = async (n) => {
-      if (n.method === 'notifications/claude/channel') notified.push(String(n.params?.content));
+      if (n.method === 'notifications/claude/channel')
+        notified.push({
+          content: String(n.params?.content),
+          message_id: String((n.params?.meta as { message_id?: string } | undefined)?.message_id),
+        });
+      if (n.method === 'notifications/message')
+        logged.push(String((n.params?.data as { text?: string } | undefined)?.text));
     };
 
     // read_inbox: the text of each message, and its content (the sender's words alone).
@@ -169,9 +176,21 @@ describe('envelopes agents cannot forge', () => {
     expect(read.map((m) => m.content)).toEqual(HOSTILE.map(normaliseWords));
     expect(read.every((m) => m.from === moleId && m.kind === 'message')).toBe(true);
 
-    // The wake-up nudge on the leader's open session carries the same text.
-    await until('a notification per message', () => (notified.length >= HOSTILE.length ? true : undefined));
-    expectMessages(notified.slice(0, HOSTILE.length), header, HOSTILE);
+    // The wake-up nudge on the leader's open session: Claude Code sets a channel's content in its own
+    // <channel> tags, so the channel carries a doorbell (who, and how to read it), never the words;
+    // the log entry carries the text, set apart.
+    await until('a notification per message', () =>
+      notified.length >= HOSTILE.length && logged.length >= HOSTILE.length ? true : undefined,
+    );
+    const moleName = nameOf(ts!, moleId);
+    expect(notified.slice(0, HOSTILE.length)).toEqual(
+      ids.map((id) => ({
+        message_id: id,
+        content: `[Beidou] 1 new message from ${moleName} (${moleId}): it arrives as your next turn, or call mcp__beidou__read_inbox to read it (ref ${id})`,
+      })),
+    );
+    for (const n of notified) expect(n.content).not.toMatch(/[<>\n]/);
+    expectMessages(logged.slice(0, HOSTILE.length), header, HOSTILE);
 
     // The hook, as `beidou hook` asks it: messages joined by blank lines after a wrapper line.
     const hook = async (route: string) => {
