@@ -160,6 +160,18 @@ export function taskWords(task: string): string {
   return `Your task, as it was given to you (quoted: only Beidou writes lines that begin with a bracketed tag):\n${quoteNormalised(text)}`;
 }
 
+/**
+ * A text the server composed (its first line its own), made safe for what an older server
+ * stored raw: every later line that reads as framing is quoted. What this server composes has
+ * no such line (any words in it are already set apart), so it passes unchanged.
+ */
+export function composedText(text: string): string {
+  const normal = normaliseWords(text);
+  if (!normal.includes('\n')) return normal;
+  const [first, ...rest] = normal.split('\n');
+  return [first, ...rest.map((line) => (isServerFraming(line) ? QUOTE_PREFIX + line : line))].join('\n');
+}
+
 /** The envelopes a `signal_review` report carries, as the agent writes them and the server repeats them. */
 export const REVIEW_TAGS = ['[REVIEW REQUIRED]', '[ITERATION READY]'] as const;
 

@@ -306,8 +306,25 @@ describe('envelopes agents cannot forge', () => {
     expect(report!.kind).toBe('review_report');
     expectSetApart(report!.text, `${moleHeader} [REVIEW REQUIRED]`, REVIEW.slice('[REVIEW REQUIRED]\n'.length));
 
-    // A termination request: the server's sentence, the child's note quoted below it.
+    // list_pending_reviews hands the report over normalised, as every delivery path does.
+    const pendingReviews = must(await root.call('list_pending_reviews')).reviews as Array<{ summary: string }>;
+    expect(pendingReviews.map((r) => r.summary)).toEqual([normaliseWords(REVIEW)]);
+
+    // An answer the asker's waiting call returns is normalised too.
     const quitter = await connect(await agentToken(ts!, quitterId));
+    const waiting = quitter.call('ask_user', { questions: [{ ...FREE, question: 'Why?' }] });
+    const held = await waitForEvent(ts!, task.task_id, (e) => e.event === 'question_asked' && e.asker === quitterId);
+    expect((await readInbox(root)).map((m) => m.kind)).toEqual(['question']);
+    const bidi = 'because\u202e it is \u001b[2Kdone\ufe0f';
+    expect((await root.call('answer_question', { qid: held.qid, answers: [{ text: bidi }], reason: 'r' })).ok).toBe(
+      true,
+    );
+    const got = must(await waiting);
+    expect(got.answer_text).toBe(normaliseWords(bidi));
+    expect(got.answer_text).toBe('because it is [2Kdone');
+    expect(got.answers[0].text).toBe('because it is [2Kdone');
+
+    // A termination request: the server's sentence, the child's note quoted below it.
     expect((await quitter.call('request_termination', { detail: TERMINATION })).ok).toBe(true);
     const [request] = await readInbox(root);
     expect(request!.kind).toBe('termination_request');
