@@ -1,4 +1,4 @@
-import { printableBlock, printableLine } from '../util/terminal.js';
+import { printableBlock, printableLine } from '../util/text.js';
 import { api, CliError, flagsFrom, printJson, type ClientOptions, type FlagOf } from './client.js';
 
 interface PendingQuestion {

@@ -1,8 +1,7 @@
 import type { Namer } from '../events/describe.js';
 import type { Quarantine } from '../events/event-log.js';
 import type { agentView, quarantinedDetail, quarantinedSummary, taskDetail, taskSummary } from '../server/api/views.js';
-import { printableLine } from '../util/terminal.js';
-import { excerpt, plural, usd } from '../util/text.js';
+import { excerpt, plural, printableLine, usd } from '../util/text.js';
 import { clock, dateTime, fields, table } from './table.js';
 
 /**

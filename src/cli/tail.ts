@@ -3,7 +3,7 @@ import { describeEvent } from '../events/describe.js';
 import { api, CliError, followEvents, readEvents, sinceOption, type ClientOptions } from './client.js';
 import { namer, type TaskDetailView } from './render.js';
 import { clock } from './table.js';
-import { printableLine } from '../util/terminal.js';
+import { printableLine } from '../util/text.js';
 
 export interface TailOptions extends ClientOptions {
   lines?: string;

@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { printable, printableBlock, printableLine } from '../../src/util/terminal.js';
-import { excerpt } from '../../src/util/text.js';
+import { excerpt, printable, printableBlock, printableLine } from '../../src/util/text.js';
 
-/** What the CLI prints of an agent's words (src/util/terminal.ts): nothing a terminal obeys, every further line marked. */
+/** What the CLI prints of an agent's words (src/util/text.ts): nothing a terminal obeys, every further line marked. */
 describe('printable', () => {
   const ESC = '\u001b';
   it('removes CSI, OSC (to BEL, to ST, or to the end), other escapes and C1 forms, without a CR needed', () => {
