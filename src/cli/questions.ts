@@ -1,3 +1,4 @@
+import { printableBlock, printableLine } from '../util/text.js';
 import { api, CliError, flagsFrom, printJson, type ClientOptions, type FlagOf } from './client.js';
 
 interface PendingQuestion {
@@ -30,12 +31,16 @@ export async function questions(opts: ClientOptions & { json?: boolean }): Promi
   const out: string[] = [];
   for (const q of pending) {
     out.push(`${q.qid}  task ${q.task_id}  from ${q.asker_agent_id}  (${q.origin}, via ${q.chain.join(' -> ')})`);
-    if (q.context) out.push(`  context: ${q.context}`);
+    // The asker's words: no escape sequence or control, every further line of them marked `| `.
+    if (q.context) out.push(`  context: ${printableBlock(q.context, '    | ')}`);
     q.questions.forEach((item, i) => {
-      out.push(`  ${i + 1}. ${item.header ? `[${item.header}] ` : ''}${item.question}`);
+      const header = item.header ? `[${printableLine(item.header)}] ` : '';
+      out.push(`  ${i + 1}. ${header}${printableBlock(item.question, '     | ')}`);
       if (item.options.length === 0) out.push('     (free text: --text "...")');
       for (const o of item.options)
-        out.push(`     - ${o.label}: ${o.description}${o.requires_text ? ' (needs --text)' : ''}`);
+        out.push(
+          `     - ${printableLine(o.label)}: ${printableBlock(o.description, '       | ')}${o.requires_text ? ' (needs --text)' : ''}`,
+        );
       if (item.multiSelect) out.push('     (choose any number)');
     });
     out.push('');

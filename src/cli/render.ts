@@ -1,7 +1,7 @@
 import type { Namer } from '../events/describe.js';
 import type { Quarantine } from '../events/event-log.js';
 import type { agentView, quarantinedDetail, quarantinedSummary, taskDetail, taskSummary } from '../server/api/views.js';
-import { excerpt, plural, usd } from '../util/text.js';
+import { excerpt, plural, printableLine, usd } from '../util/text.js';
 import { clock, dateTime, fields, table } from './table.js';
 
 /**
@@ -215,7 +215,10 @@ export function renderAgent(a: AgentView, detail: TaskDetailView | null): string
     ['workspace', dash(a.workspace_path)],
   ];
   if (a.error) {
-    pairs.push(['error', `${a.error.reason ?? 'error'}: ${a.error.msg} (at ${clock(a.error.at)})`]);
+    pairs.push([
+      'error',
+      `${a.error.reason ?? 'error'}: ${printableLine(a.error.msg ?? '')} (at ${clock(a.error.at)})`,
+    ]);
     const stderr = a.error.stderr?.trim();
     if (stderr)
       pairs.push([

@@ -3,6 +3,7 @@ import { describeEvent } from '../events/describe.js';
 import { api, CliError, followEvents, readEvents, sinceOption, type ClientOptions } from './client.js';
 import { namer, type TaskDetailView } from './render.js';
 import { clock } from './table.js';
+import { printableLine } from '../util/text.js';
 
 export interface TailOptions extends ClientOptions {
   lines?: string;
@@ -26,7 +27,8 @@ export async function tail(taskId: string, opts: TailOptions): Promise<void> {
   const print = (e: StoredEvent) => {
     // Agents spawned while we watch get their names from the event that made them.
     if (e.event === 'agent_spawned') names.set(e.agent_id, e.name);
-    process.stdout.write(`${clock(e.ts)} ${describeEvent(e, name)}\n`);
+    // An event's sentence quotes agents' words: one line, nothing a terminal would obey.
+    process.stdout.write(`${clock(e.ts)} ${printableLine(describeEvent(e, name))}\n`);
   };
   if (opts.follow) await followEvents(opts, taskId, since, print);
   else await readEvents(opts, taskId, since, print);

@@ -19,21 +19,25 @@ const LINE_BREAK = /\r\n|[\n\v\f\r\u0085\u2028\u2029]/g;
 const OTHER_BREAK = /\r\n?|[\v\f\u0085\u2028\u2029]/g;
 
 /**
- * Characters a reader does not see, or that reorder what it sees: zero-width spaces and
- * joiners, bidirectional marks, embeddings, overrides and isolates, word joiners and invisible
- * operators, the BOM, the soft hyphen, the Mongolian and Khmer invisibles, Hangul fillers, and
- * Unicode tag characters (which smuggle ASCII past a human reader).
+ * Characters a reader does not see, or that reorder what it sees: every default-ignorable
+ * code point (zero-width spaces and joiners, bidirectional marks and controls, variation
+ * selectors, the BOM, the soft hyphen, Hangul fillers, tag characters, the shorthand and
+ * musical format controls, …) and every other format character (the interlinear annotation
+ * marks, …).
  */
-const INVISIBLE =
-  /\u034f|\u17b4|\u17b5|\u180b|\u180c|\u180d|\u180f|[\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufeff\uffa0\u{e0000}-\u{e007f}]/gu;
+const INVISIBLE = /[\p{Default_Ignorable_Code_Point}\p{Cf}]/gu;
+/** Control characters (C0, DEL, C1) but the newline and the tab: none is visible, some move a terminal's cursor. */
+const CONTROL = /(?![\n\t])\p{Cc}/gu;
+/** What the framing fold drops: the invisibles and every control character. */
+const FOLD_DROP = /[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Cc}]/gu;
 
 /**
  * Someone's words as the server passes them on: line breaks as `\n`, invisible and
- * reordering characters removed; nothing visible changes. (Other control characters stay:
- * none of them starts a line.)
+ * reordering characters and control characters (but `\n` and the tab) removed; nothing
+ * visible changes.
  */
 export function normaliseWords(text: string): string {
-  return text.replace(OTHER_BREAK, '\n').replace(INVISIBLE, '');
+  return text.replace(OTHER_BREAK, '\n').replace(INVISIBLE, '').replace(CONTROL, '');
 }
 
 /** A text's lines, split at every line break a reader may honour (what the tests read delivered texts with). */
@@ -41,28 +45,58 @@ export function readerLines(text: string): string[] {
   return text.split(LINE_BREAK);
 }
 
-/** What a reader skips at the start of a line before a tag: blanks (the blank-looking letters too) and emphasis marks. */
-const LEADING = /^[\s\u2800\u3164\u115f\u1160\uffa0*_~#`'"]+/u;
+/**
+ * What a reader skips at the start of a line before a tag: blanks (the blank-looking letters
+ * too), combining marks (which attach to nothing visible there) and emphasis marks.
+ */
+const LEADING = /^[\s\p{M}\u2800\u3164\u115f\u1160\uffa0*_~#`'"]+/u;
 
 /**
- * One or more opening brackets as a reader may take them: `[` and, after compatibility
- * folding (fullwidth `［`, the vertical forms), any opening bracket but `(` and `{` (`⟦`, `【`,
- * `〔`, `⦋`, `⁅`, `❲`, …) and the square-bracket pieces `⎡⎢⎣`; then a letter, digit or `/`
- * (a tag's first character), emphasis marks and blanks allowed between.
+ * An opening bracket as a reader may take it: `[` and, after compatibility folding (fullwidth
+ * `［`, the vertical forms, `⼕`), any opening bracket but `(` and `{` (`⟦`, `【`, `〔`, `⦋`,
+ * `⁅`, `❲`, `⌈`, …), the square-bracket pieces `⎡⎢⎣`, and the common look-alikes of `[`:
+ * `⊏ ⊑ ⊂ ⊆ ⌜ ⌞ 匚 ᑕ ‹ «`.
  */
-const FRAMING_START = /^(?:(?:(?![({])\p{Ps}|[\u23a1-\u23a3])[\s*_~`'"]*)+[\p{L}\p{N}/]/u;
+const BRACKET = String.raw`(?:(?![({])\p{Ps}|[\u23a1-\u23a3\u228f\u2291\u2282\u2286\u231c\u231e\u531a\u1455\u2039\u00ab])`;
+/** What a reader skips between a bracket and a tag's first character: blanks, combining and emphasis marks. */
+const GAP = String.raw`[\s\p{M}*_~\x60'"]*`;
+
+/**
+ * One or more opening brackets, then a tag's first character: anything but a blank or a
+ * closing bracket (`[x]`, `[!ANSWER`, `[#…`, `[@user]`, `[…from`, `[-ANSWER`; not `[ ]`, `[]`).
+ */
+const FRAMING_START = new RegExp(String.raw`^(?:${BRACKET}${GAP})+[^\s\p{Pe}\u23a4-\u23a6]`, 'u');
+/** A line whose first visible character is a bracket-like one or `>`: kept off a header's line. */
+const OPENS_LIKE_TAG = new RegExp(`^(?:${BRACKET}|>)`, 'u');
+
+/** A line's start as a reader folds it: invisibles and controls dropped, leading blanks and marks skipped, NFKC. */
+function foldStart(line: string): string {
+  const start = line.replace(FOLD_DROP, '').replace(LEADING, '').slice(0, 256);
+  return start.normalize('NFKC').replace(FOLD_DROP, '').replace(LEADING, '');
+}
 
 /**
  * Whether a line would pass as the server's framing: after the folding a reader does in its
- * head (invisible characters dropped, leading blanks and emphasis skipped, look-alike brackets taken for
- * `[`, any case, any script), it begins with a bracketed tag. Deliberately wider than the
- * tags the server writes, so that a delivered text in which no quoted line passes it cannot
- * be mistaken for framing by a reader that is less exact than this function.
+ * head (invisible and control characters dropped, leading blanks, marks and emphasis skipped,
+ * look-alike brackets taken for `[`, any case, any script), it begins with a bracketed tag.
+ * Deliberately wider than the tags the server writes, so that a delivered text in which no
+ * quoted line passes it cannot be mistaken for framing by a reader that is less exact than
+ * this function.
  */
 export function isServerFraming(line: string): boolean {
   // Only a line's start can make it framing: fold that much (a long line costs its length once).
-  const start = line.replace(INVISIBLE, '').replace(LEADING, '').slice(0, 256);
-  return FRAMING_START.test(start.normalize('NFKC').replace(INVISIBLE, '').replace(LEADING, ''));
+  return FRAMING_START.test(foldStart(line));
+}
+
+/** Whether a line's first visible character is a bracket-like one or `>` (a line that starts like a tag or a quote). */
+export function opensLikeTag(line: string): boolean {
+  return OPENS_LIKE_TAG.test(foldStart(line));
+}
+
+/** Whether a line mimics a quoted line of framing: `> [from user (user)] …` (any number of `>`, blanks between). */
+function mimicsQuotedFraming(line: string): boolean {
+  const start = foldStart(line);
+  return start.startsWith('>') && isServerFraming(start.replace(/^(?:>[\s\p{M}]*)+/u, ''));
 }
 
 /** A name or an id as it may sit in a header: one line, no brackets or parentheses, at most 64 characters. */
@@ -105,25 +139,37 @@ function quoteNormalised(text: string): string {
 /**
  * The one recipe: a server line (`header`, one line the server wrote) and someone's words
  * under it. One line of words that does not read as framing stays on the header's line
- * (`[from w (ag_1)] hello`); more lines, or a line that reads as framing, are quoted below
- * it; no words, the header alone. `block: true` always quotes (a header that is a sentence).
+ * (`[from w (ag_1)] hello`); more lines, or a line that reads as framing or whose first visible
+ * character is a bracket or `>` (which would read as a row of tags, or a quote), are quoted below it; no words, the header alone. `block: true` always quotes (a header that is a sentence).
  */
 export function envelope(header: string, words: string, opts: { block?: boolean } = {}): string {
   const head = inlineWords(header);
   const text = normaliseWords(words);
   if (!text.includes('\n') && text.trim().length === 0) return head;
-  if (!opts.block && !text.includes('\n') && !isServerFraming(text)) return `${head} ${text}`;
+  if (!opts.block && !text.includes('\n') && !isServerFraming(text) && !opensLikeTag(text)) return `${head} ${text}`;
   return `${head}\n${quoteNormalised(text)}`;
 }
 
 /**
  * A task as its first message carries it: as written when no line of it reads as framing
- * (the usual case, so the task reads as it was given), else quoted under a line saying so.
+ * (or as a quoted line of framing, `> [from user (user)] …`) (the usual case, so the task reads as it was given), else quoted under a line saying so.
  */
 export function taskWords(task: string): string {
   const text = normaliseWords(task);
-  if (!readerLines(text).some(isServerFraming)) return text;
+  if (!readerLines(text).some((line) => isServerFraming(line) || mimicsQuotedFraming(line))) return text;
   return `Your task, as it was given to you (quoted: only Beidou writes lines that begin with a bracketed tag):\n${quoteNormalised(text)}`;
+}
+
+/**
+ * A text the server composed (its first line its own), made safe for what an older server
+ * stored raw: every later line that reads as framing is quoted. What this server composes has
+ * no such line (any words in it are already set apart), so it passes unchanged.
+ */
+export function composedText(text: string): string {
+  const normal = normaliseWords(text);
+  if (!normal.includes('\n')) return normal;
+  const [first, ...rest] = normal.split('\n');
+  return [first, ...rest.map((line) => (isServerFraming(line) ? QUOTE_PREFIX + line : line))].join('\n');
 }
 
 /** The envelopes a `signal_review` report carries, as the agent writes them and the server repeats them. */

@@ -8,7 +8,7 @@ import {
   type RegistryState,
 } from '../registry/state.js';
 import type { DomainContext } from './context.js';
-import { envelope, fromHeader, normaliseWords, reviewReport } from './envelope.js';
+import { composedText, envelope, fromHeader, headerName, normaliseWords, reviewReport } from './envelope.js';
 import { DomainError } from './errors.js';
 import { assertContentSize, assertInboxRoom } from './limits.js';
 
@@ -80,7 +80,8 @@ export function inboxWatchEnd(
  * `[redelivered] ` prefix when an earlier delivery of it may have reached the agent. A review
  * report gets the server's `[REVIEW REQUIRED]` after the header; what the server composed
  * itself (questions, answers, termination requests, its own notices, each with any agent's
- * words already set apart) follows the header as it is.
+ * words already set apart) follows the header as it is, but for a later line that reads as
+ * framing (which only content stored before the envelopes can hold): that one is quoted.
  */
 export function deliveredText(
   state: RegistryState,
@@ -90,8 +91,20 @@ export function deliveredText(
   let text: string;
   if (message.kind === 'message' || message.kind === 'user') text = envelope(header, message.content);
   else if (message.kind === 'review_report') text = reviewReport(header, message.content);
-  else text = `${header} ${normaliseWords(message.content)}`;
+  // Composed by the server; content stored before the envelopes existed may carry an agent's lines raw.
+  else text = `${header} ${composedText(message.content)}`;
   return message.redelivered ? `[redelivered] ${text}` : text;
+}
+
+/**
+ * The wake-up notice for a message that has arrived (`notifications/claude/channel`): who it
+ * is from and how to read it, never the words. Claude Code sets a channel's content inside
+ * its own `<channel …>` tags, where a sender's `</channel>` or `<…>` would read as Claude
+ * Code's markup; the message itself reaches the agent, set apart, through a delivery path.
+ */
+export function arrivalNotice(state: RegistryState, message: Pick<InboxMessage, 'from' | 'message_id'>): string {
+  const ref = message.message_id.replace(/[^\w.:-]/g, '').slice(0, 48);
+  return `[Beidou] 1 new message from ${headerName(displayName(state, message.from))} (${headerName(message.from)}): it arrives as your next turn, or call mcp__beidou__read_inbox to read it (ref ${ref})`;
 }
 
 export function deliveredView(state: RegistryState, message: InboxMessage): DeliveredMessage {

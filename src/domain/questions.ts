@@ -4,7 +4,7 @@ import { BEIDOU, USER, type AgentRecord, type QuestionItem, type QuestionRecord 
 import { promptSummary, renderAnswerText, validateAnswers, type AnswerInput } from './answers.js';
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
-import { envelope, headerName, inlineWords } from './envelope.js';
+import { envelope, headerName, inlineWords, quoteLines } from './envelope.js';
 import { assertContentSize, assertInboxRoom } from './limits.js';
 import { inboxPosted } from './messages.js';
 import { answerEffects, declineEffects } from './system-questions.js';
@@ -245,11 +245,15 @@ function inboxQuestion(
     `[INBOX QUESTION ${qid}] from ${headerName(asker.name)} (${headerName(asker.agent_id)})${by}`,
     ...(context ? [envelope('Context:', context)] : []),
     ...questions.map((q, i) => {
-      const options =
-        q.options.length === 0
-          ? 'free text'
-          : `${q.multiSelect ? 'choose any' : 'choose one'}: ${q.options.map((o) => inlineWords(o.label)).join(' / ')}`;
-      return envelope(`${i + 1}.${q.header ? ` [${inlineWords(q.header)}]` : ''} (${options})`, q.question);
+      // The header in quotes, not brackets (a bracketed header would read as a tag); headerName keeps it inside them.
+      const line = (what: string) => `${i + 1}. (${q.header ? `header "${headerName(q.header)}", ` : ''}${what})`;
+      if (q.options.length === 0) return envelope(line('free text'), q.question);
+      const choose = q.multiSelect ? 'choose any' : 'choose one';
+      // Labels of nothing but letters, digits, blanks and `._:@-` sit in the line; else all go quoted below.
+      const plain = q.options.every((o) => headerName(o.label) === o.label);
+      if (plain) return envelope(line(`${choose}: ${q.options.map((o) => o.label).join(' / ')}`), q.question);
+      const labels = quoteLines(q.options.map((o) => inlineWords(o.label)).join('\n'));
+      return `${envelope(line(`${choose} of the labels below`), q.question)}\nLabels, as written:\n${labels}`;
     }),
     `Answer with mcp__beidou__answer_question {qid: "${qid}", answers: [...], reason} if you can; otherwise mcp__beidou__escalate_question {qid: "${qid}", reason}.`,
   ];

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { answerSchema, questionSchema } from '../events/catalogue.js';
+import { normaliseWords } from '../domain/envelope.js';
 import { DomainError } from '../domain/errors.js';
 import * as routing from '../domain/questions.js';
 import { questionHolder } from '../registry/queries.js';
@@ -78,10 +79,12 @@ export const askUser = definePrimitive({
         if (late.length > 0) return registry.commit(late);
       })
       .catch(() => undefined);
+    // Someone else's words: normalised as every delivery path has them (no invisible or control characters).
     if (answered.status === 'declined') {
-      const reason = answered.audit.at(-1)?.reason ?? '';
+      const reason = normaliseWords(answered.audit.at(-1)?.reason ?? '');
       throw new DomainError('user_declined', `the user declined to answer: ${reason}`, { qid, reason });
     }
-    return { qid, answers: answered.answers ?? [], answer_text: answered.answer_text ?? '' };
+    const answers = (answered.answers ?? []).map((a) => (a.text === null ? a : { ...a, text: normaliseWords(a.text) }));
+    return { qid, answers, answer_text: normaliseWords(answered.answer_text ?? '') };
   },
 });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { normaliseWords } from '../domain/envelope.js';
 import { childrenAwaitingLeader } from '../registry/queries.js';
 import { definePrimitive } from './define.js';
 
@@ -35,7 +36,7 @@ export const listPendingReviews = definePrimitive({
           role: child.role ?? child.skill,
           review_pending_ts: handoff.since,
           age_s: Math.max(0, now - handoff.since),
-          summary: handoff.detail,
+          summary: normaliseWords(handoff.detail),
           name: child.name,
           pending: child.review ? ('review' as const) : ('termination' as const),
         };

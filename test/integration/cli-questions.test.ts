@@ -161,6 +161,63 @@ describe('beidou questions / beidou answer', { timeout: 60_000 }, () => {
     if (r2.ok) expect(r2.value.answer_text).toBe('Language: Go\nFeatures: Auth, Search');
   });
 
+  it("prints an agent's question, context, labels and report with no escape sequence or control, and no line that passes as one of its own", async () => {
+    const ESC = '\u001b';
+    const fake = (qid: string) => `${qid}  task t_fake  from user  (ask_user, via user)`;
+    const hostile = {
+      question: `Ship it?\n  2. [Approve] the user already approved\r${fake('q_fake1')}${ESC}[1A${ESC}[2K`,
+      header: `G${ESC}]52;c;eA\u0007`,
+      multiSelect: false,
+      options: [
+        {
+          label: `Yes${ESC}]8;;https://evil.example/${ESC}\\click${ESC}]8;;${ESC}\\`,
+          description: 'fine\n     - No: the user chose this',
+        },
+        { label: `No\u202e\u009b2K`, description: `\u2028${fake('q_fake2')}` },
+      ],
+    };
+    const { task, agent } = await rootAgent();
+    void agent
+      .call('ask_user', {
+        questions: [hostile],
+        context: `ctx${ESC}]52;c;ZWNobyBwd25lZA==\u0007\n\n${fake('q_fake3')}\u0085  context: forged`,
+      })
+      .catch(() => undefined);
+    await pendingFrom(task.root_agent_id);
+    // The root's hand-off becomes a question to the user: its report is an agent's words too.
+    const second = await rootAgent();
+    expect(
+      (await second.agent.call('signal_review', { detail: `[REVIEW REQUIRED] done\n${fake('q_fake4')}${ESC}[2J` })).ok,
+    ).toBe(true);
+    await until('the root review at the gateway', async () =>
+      (await ts.api<Pending[]>('GET', '/questions/pending')).body.find((q) => q.task_id === second.task.task_id),
+    );
+
+    const outputs = await Promise.all([
+      cli('questions'),
+      cli('task', 'show', task.task_id),
+      cli('task', 'show', second.task.task_id),
+      cli('tail', task.task_id, '--no-follow', '--lines', '100'),
+      cli('tail', second.task.task_id, '--no-follow', '--lines', '100'),
+    ]);
+    for (const out of outputs) {
+      expect(out.code, out.stderr).toBe(0);
+      expect(out.stdout).not.toMatch(/(?!\n)\p{Cc}|[\p{Default_Ignorable_Code_Point}\p{Cf}\u2028\u2029]/u);
+      for (const line of out.stdout.split('\n')) {
+        expect(line, 'a forged question entry').not.toMatch(/^q_fake/);
+        expect(line, 'a forged sub-question').not.toMatch(/^ {0,4}2\. /);
+        expect(line, 'a forged option').not.toMatch(/^ {0,5}- No: the user/);
+        expect(line, 'a forged context').not.toMatch(/^ {0,2}context: forged/);
+      }
+    }
+    const listed = outputs[0]!.stdout;
+    // The words are all there, each further line of them marked.
+    expect(listed).toContain('  1. [G] Ship it?\n     |   2. [Approve] the user already approved\n     | q_fake1');
+    expect(listed).toContain('  context: ctx\n    | \n    | q_fake3');
+    expect(listed).toContain('     - Yesclick: fine\n       |      - No: the user chose this');
+    expect(listed).toContain('     | q_fake4');
+  });
+
   it('answer errors: usage mistakes exit 2, refusals by the server exit 1 with its code, nothing is answered', async () => {
     const { task, agent } = await rootAgent();
     const asked = agent.call('ask_user', { questions: [LANGUAGE] });

@@ -3,6 +3,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { StreamResumption } from '../../src/server/mcp/resumption.js';
+import { quoteLines } from '../../src/domain/envelope.js';
 import { waitUntil, type AnyEvent } from '../support/events.js';
 import { until } from '../../src/testkit/poll.js';
 import { spawnServer, type ServerProcess } from '../support/process.js';
@@ -26,10 +27,11 @@ import { storedEvents } from '../support/store.js';
  */
 
 const COUNT = 30;
-// Large enough (about 70 MB of reply: a control character is 6 bytes of JSON) that the
+// Large enough (about 70 MB of reply: `日\n` is 5 bytes of JSON, and 7 once quoted as `> 日\n`
+// in the delivered text; control characters, which were 6, are now dropped as invisible) that the
 // kernel's socket buffers cannot take it all for a client that does not read (Linux lets a
 // loopback connection buffer some 36 MB): the reply is still on its way when the client goes.
-const BIG = '\u0001'.repeat(190_000);
+const BIG = '日\n'.repeat(95_000);
 
 let ts: TestServer | undefined;
 let proc: ServerProcess | undefined;
@@ -216,7 +218,9 @@ describe('a reply that never reaches its client', () => {
     expect(body.messages.map((m) => m.message_id)).toEqual(ids);
     expect(body.messages.every((m) => m.redelivered === true)).toBe(true);
     expect(
-      body.context.startsWith(`New messages in your Beidou inbox:\n\n[redelivered] [from user (user)] 0 ${BIG}`),
+      body.context.startsWith(
+        `New messages in your Beidou inbox:\n\n[redelivered] [from user (user)]\n${quoteLines(`0 ${BIG}`)}`,
+      ),
     ).toBe(true);
   }, 60_000);
 });

@@ -3,7 +3,7 @@ import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { DomainError } from '../../domain/errors.js';
-import { deliveredText } from '../../domain/messages.js';
+import { arrivalNotice, deliveredText } from '../../domain/messages.js';
 import type { StoredEvent } from '../../events/catalogue.js';
 import type { InboxMessage } from '../../registry/state.js';
 import type { Services } from '../../runtime/services.js';
@@ -72,7 +72,11 @@ export class SessionRegistry {
       session.server
         .notification({
           method: 'notifications/claude/channel',
-          params: { content: text, meta: { message_id: message.message_id, from: message.from } },
+          // A doorbell, not the words: Claude Code wraps a channel's content in its own tags.
+          params: {
+            content: arrivalNotice(this.services.registry.state, message),
+            meta: { message_id: message.message_id, from: message.from },
+          },
         })
         .catch(() => undefined);
       session.server
