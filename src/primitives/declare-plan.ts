@@ -57,16 +57,24 @@ export const declarePlan = definePrimitive({
       const plan = plans.declarePlan(domain, caller, specs, skills, (taskId, planId) =>
         planStore.location(taskId, planId),
       );
-      // The copy first: if it cannot be kept, nothing changes. (The plan lock keeps the
-      // caller's own declare_plan calls in order meanwhile.)
-      await planStore.save({
+      // Paid first, then the copy: if either is refused, nothing changes; a commit that
+      // fails after the copy takes the copy back. (The plan lock keeps the caller's own
+      // declare_plan and remove_plan calls in order meanwhile.)
+      services.writeBudget.reserve(caller.agent_id, plan.drafts);
+      const copy = {
         taskId: caller.task_id,
         planId: plan.planId,
         ownerAgentId: caller.agent_id,
         location: plan.file,
         text: plan.text,
-      });
-      await registry.commit(plan.drafts, { writer: caller.agent_id });
+      };
+      await planStore.save(copy);
+      try {
+        await registry.commit(plan.drafts);
+      } catch (err) {
+        await planStore.discard(copy).catch(() => undefined);
+        throw err;
+      }
       return {
         plan_id: plan.planId,
         plan_path: plan.file,

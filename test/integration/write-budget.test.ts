@@ -143,6 +143,63 @@ describe('the write budget and the live window', () => {
     expect(await seqOf(ts, a.task.task_id)).toBe(before + 1);
   });
 
+  it('concurrent plan calls near the budget are decided before any file is touched: the agent can always replan', async () => {
+    const clock = new FakeClock();
+    ts = await startTestServer({
+      clock,
+      env: { BEIDOU_MAX_WRITE_BYTES_PER_MINUTE: String(BUDGET), BEIDOU_WATCHDOG_S: '3600' },
+    });
+    const a = await taskWithWorker(ts, 'racing');
+    // Spend most of the budget, then race a large declare_plan, a remove_plan and a question:
+    // all pass the early check, only what the budget admits at once may touch anything.
+    for (let i = 0; i < 5; i++)
+      value(await a.worker.call('send_message', { to: a.task.root_agent_id, content: big(50_000, `m${i}`) }));
+    const planOf = (tag: string, n: number) => ({
+      tasks: [{ id: 'a', role: 'r', skill: 'worker', task: big(n, tag) }],
+    });
+    const [declared, removed] = await Promise.all([
+      a.worker.call('declare_plan', planOf('first', 150_000)),
+      a.worker.call('remove_plan'),
+    ]);
+    // In either order, the one plan is declared whole and the removal changed nothing.
+    expect(declared.ok).toBe(true);
+    expect(removed.ok).toBe(false);
+    expect(['rate_limited', 'no_active_plan']).toContain((removed as Extract<ToolOutcome, { ok: false }>).error.error);
+    const planId = value(declared).plan_id as string;
+    expect(await storedPlans(ts.home, a.task.task_id)).toEqual([`${planId}.json`]);
+
+    // Drained, it removes and declares again, as often as it likes.
+    clock.advance(120);
+    const state = ts.server.services.registry.state;
+    const before = ts.server.services.questions.size;
+    expect(value(await a.worker.call('remove_plan')).removed_plan_id).toBe(planId);
+    const again = value(await a.worker.call('declare_plan', planOf('second', 10)));
+    expect(await storedPlans(ts.home, a.task.task_id)).toEqual(
+      [`${planId}.removed.json`, `${again.plan_id as string}.json`].sort(),
+    );
+    value(await a.worker.call('remove_plan'));
+
+    // Two questions race near the budget: the one refused at its commit leaves no waiter behind.
+    clock.advance(120);
+    for (let i = 0; i < 5; i++)
+      value(await a.worker.call('send_message', { to: a.task.root_agent_id, content: big(50_000, `n${i}`) }));
+    const ask = (tag: string) =>
+      a.worker.call('ask_user', {
+        questions: [{ question: big(60_000, tag), header: '', multiSelect: false, options: [] }],
+      });
+    const asks = [ask('one'), ask('two')];
+    const first = await Promise.race(asks);
+    expect(first).toMatchObject({ ok: false, error: { error: 'rate_limited' } });
+    const pending = [...state.questions.values()].filter((q) => q.asker === a.workerId && q.status === 'pending');
+    expect(pending).toHaveLength(1);
+    expect(ts.server.services.questions.size).toBe(before + 1);
+    const qid = pending[0]!.qid;
+    expect((await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'done' }] })).status).toBe(200);
+    const answered = await Promise.all(asks);
+    expect(answered.filter((o) => o.ok)).toHaveLength(1);
+    expect(ts.server.services.questions.size).toBe(before);
+  });
+
   it('a task with more events than BEIDOU_LIVE_EVENTS_IN_MEMORY is read from seq 1, streamed from seq 1 and followed live, before and after a restart', async () => {
     const env = { BEIDOU_LIVE_EVENTS_IN_MEMORY: '20', BEIDOU_LIVE_EVENT_BYTES_IN_MEMORY: '5000' };
     ts = await startTestServer({ env });
