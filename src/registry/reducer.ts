@@ -18,6 +18,9 @@ function putInInbox(agent: AgentRecord, message: InboxMessage): void {
   agent.inbox.set(message.message_id, message);
 }
 
+/** Tool uses held open per agent (tool_called without its tool_result): past this, the oldest is forgotten. */
+export const MAX_OPEN_TOOL_USES = 1000;
+
 const handoff = (detail: string, ts: number): PendingHandoff => ({
   detail,
   since: ts,
@@ -479,6 +482,9 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (!agent) return;
       agent.stats.tool_calls++;
       agent.open_tool_uses.add(e.tool_use_id);
+      // Bounded: an agent that never reports results must not grow the registry; the oldest go.
+      if (agent.open_tool_uses.size > MAX_OPEN_TOOL_USES)
+        agent.open_tool_uses.delete(agent.open_tool_uses.values().next().value!);
       touch(agent, e.ts);
       return;
     }

@@ -20,11 +20,15 @@ export type CommitObserver = (events: readonly StoredEvent[]) => void;
  */
 export interface WriteMeter {
   admit(writer: string, bytes: number): void;
+  /** Counts the bytes against `writer` without ever refusing (what a spawner reports for its agent). */
+  charge(writer: string, bytes: number): void;
 }
 
 export interface CommitOptions {
   /** The agent whose call this commit is: its bytes count against its write budget. Absent: the server's own. */
   writer?: string;
+  /** Counted against the writer's budget but never refused by it (the caller decided already). */
+  chargeOnly?: boolean;
 }
 
 /**
@@ -176,9 +180,12 @@ export class Registry {
    * A commit made for an agent's call names it (`writer`), and its meter may refuse it.
    */
   async commit(drafts: readonly EventDraft[], options: CommitOptions = {}): Promise<StoredEvent[]> {
-    const { writer } = options;
+    const { writer, chargeOnly } = options;
     const meter = this.meter;
-    const admit = writer !== undefined && meter ? (bytes: number) => meter.admit(writer, bytes) : undefined;
+    const admit =
+      writer !== undefined && meter
+        ? (bytes: number) => (chargeOnly ? meter.charge(writer, bytes) : meter.admit(writer, bytes))
+        : undefined;
     const { events, durable } = this.log.append(drafts, admit);
     for (const event of events) reduce(this.state, event);
     for (const observer of this.observers) observer(events);

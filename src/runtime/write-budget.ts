@@ -40,8 +40,17 @@ export class WriteBudget implements WriteMeter {
     );
   }
 
+  /** Whether the agent is still within its budget (what it writes next is taken whole). */
+  within(agentId: string): boolean {
+    return this.windows.decide(agentId).admitted;
+  }
+
   admit(agentId: string, bytes: number): void {
     this.check(agentId);
+    this.windows.charge(agentId, bytes);
+  }
+
+  charge(agentId: string, bytes: number): void {
     this.windows.charge(agentId, bytes);
   }
 

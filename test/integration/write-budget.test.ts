@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { apiEvents, type AnyEvent } from '../support/events.js';
+import { handSpawner } from '../support/spawner-stream.js';
 import { storedPlans } from '../support/store.js';
 import {
   agentToken,
@@ -32,6 +33,7 @@ function value<T = any>(outcome: ToolOutcome<T>): T {
 describe('the write budget and the live window', () => {
   let ts: TestServer | null = null;
   const agents: TestAgent[] = [];
+  const streams: AbortController[] = [];
 
   async function connect(s: TestServer, token: string) {
     const agent = await connectAgent(s.url, token);
@@ -55,6 +57,7 @@ describe('the write budget and the live window', () => {
   const seqOf = async (s: TestServer, taskId: string) => (await apiEvents(s, taskId)).length;
 
   afterEach(async () => {
+    for (const stream of streams.splice(0)) stream.abort();
     await Promise.allSettled(agents.map((a) => a.close()));
     agents.length = 0;
     if (ts) {
@@ -198,6 +201,73 @@ describe('the write budget and the live window', () => {
     const answered = await Promise.all(asks);
     expect(answered.filter((o) => o.ok)).toHaveLength(1);
     expect(ts.server.services.questions.size).toBe(before);
+  });
+
+  it("what a spawner posts for an agent is charged to the agent's budget, never refused: past it, the bulky fields are cut", async () => {
+    const clock = new FakeClock();
+    ts = await startTestServer({
+      clock,
+      env: { BEIDOU_MAX_WRITE_BYTES_PER_MINUTE: String(BUDGET), BEIDOU_WATCHDOG_S: '3600' },
+    });
+    const spawner = await handSpawner(ts, 'box', streams);
+    await spawner.next('hello');
+    const task = (await ts.api('POST', '/tasks', { task: 'prints a lot' })).body;
+    const launch = await spawner.next('launch');
+    const agentId = task.root_agent_id as string;
+    expect((await spawner.post(`/agents/${agentId}/started`, { session_id: 's', resumed: false })).status).toBe(200);
+    const agent = await connect(ts, launch.token);
+    const post = (events: unknown[]) => spawner.post(`/agents/${agentId}/events`, { events });
+    const text = (t: string) => ({ event: 'assistant_text', message_id: 'm', text: t, stop_reason: null });
+    const called = (id: string, input: unknown) => ({
+      event: 'tool_called',
+      message_id: 'm',
+      tool_use_id: id,
+      name: 'Bash',
+      input,
+    });
+
+    // Within the budget a batch is taken whole, the one that crosses it too: then the agent's own calls are refused.
+    expect(await post([text(big(BUDGET, 'first'))])).toMatchObject({ status: 200, body: { accepted: 1 } });
+    expect(await agent.call('send_message', { to: agentId, content: 'x' })).toMatchObject({
+      ok: false,
+      error: { error: 'rate_limited' },
+    });
+    // Past it, the batch is still taken (supervision lands), its bulky fields cut.
+    const cost = {
+      event: 'run.cost',
+      total_cost_usd: 0.5,
+      duration_ms: 1,
+      duration_api_ms: 1,
+      num_turns: 1,
+      usage: {},
+      model_usage: {},
+    };
+    const after = await post([
+      text(big(100_000, 'second')),
+      called('tu_1', { command: big(100_000, 'input') }),
+      { event: 'tool_result', tool_use_id: 'tu_1', duration_ms: 1, is_error: true, error_reason: big(50_000, 'why') },
+      cost,
+    ]);
+    expect(after).toMatchObject({ status: 200, body: { accepted: 4 } });
+    const events = (await apiEvents(ts, task.task_id)).slice(-4);
+    expect(events.map((e) => e.event)).toEqual(['assistant_text', 'tool_called', 'tool_result', 'run.cost']);
+    expect(events[0]!.text).toBe('[cut: the agent was past its write budget]');
+    expect(events[1]).toMatchObject({ tool_use_id: 'tu_1', name: 'Bash', input: null });
+    expect(events[2]!.error_reason).toBe('[cut: the agent was past its write budget]');
+    expect(events[3]).toMatchObject({ total_cost_usd: 0.5 });
+    expect(JSON.stringify(events).length).toBeLessThan(2_000);
+
+    // Ids and names are bounded, and so are the tool uses an agent keeps open.
+    expect(await post([called('u'.repeat(300), null)])).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_input' },
+    });
+    for (let b = 0; b < 3; b++)
+      expect((await post(Array.from({ length: 500 }, (_, k) => called(`tu_${b}_${k}`, null)))).status).toBe(200);
+    const open = ts.server.services.registry.state.agents.get(agentId)!.open_tool_uses;
+    expect(open.size).toBe(1000);
+    expect(open.has('tu_2_499')).toBe(true);
+    expect(open.has('tu_0_0')).toBe(false);
   });
 
   it('a task with more events than BEIDOU_LIVE_EVENTS_IN_MEMORY is read from seq 1, streamed from seq 1 and followed live, before and after a restart', async () => {
