@@ -4,6 +4,9 @@ import type { PlanTaskSpec } from '../registry/plan-graph.js';
 import { definePrimitive } from './define.js';
 import { nameField } from './fields.js';
 
+/** The longest model name a plan task may carry (real ones are ~40 characters). */
+const MAX_MODEL_CHARS = 256;
+
 /** Dependencies one plan task may list. */
 export const MAX_DEPENDENCIES = 50;
 
@@ -13,7 +16,7 @@ const taskSpecSchema = z.strictObject({
   skill: z.string().min(1, 'must name a skill').describe('Skill name, e.g. "worker".'),
   task: z.string().min(1, 'must not be empty').describe('The first message the agent receives; self-contained.'),
   description: z.string().default('').describe('Substituted into {role_description}.'),
-  model: z.string().min(1).optional().describe('Model override.'),
+  model: z.string().min(1).max(MAX_MODEL_CHARS).optional().describe('Model override.'),
   // Bounded so that the largest plan the defaults allow stays a short request (docs/performance.md).
   depends_on: z
     .array(z.string())

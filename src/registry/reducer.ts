@@ -251,11 +251,15 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       const plan = state.plans.get(e.plan_id);
       if (plan) {
         plan.removed_at = e.ts;
-        // Its shape stays, its texts leave memory (the log and the removed copy keep them): a
-        // declare/remove loop then holds no more than the plans' outlines.
+        // Only its ids and statuses stay, the rest leaves memory (the log and the removed copy
+        // keep it): a declare/remove loop then holds no more than the plans' ids.
         for (const planTask of plan.tasks.values()) {
+          planTask.role = '';
+          planTask.skill = '';
           planTask.task = '';
           planTask.description = '';
+          planTask.model = null;
+          planTask.depends_on = [];
         }
       }
       const owner = state.agents.get(e.owner_agent_id);
@@ -373,6 +377,9 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         q.answered_by = USER;
         q.audit.push({ by: USER, action: 'declined', reason: e.reason, ts: e.ts });
       }
+      // Settled, its texts leave memory (the log keeps them, `question_asked`); its summary stays.
+      q.questions = [];
+      q.context = null;
       return;
     }
     case 'launch.assigned': {
