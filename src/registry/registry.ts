@@ -165,8 +165,13 @@ export class Registry {
   /** An archived task read back from the store: its events replayed into a state of its own. */
   async loadArchived(taskId: string): Promise<RegistryState> {
     const scratch = emptyState();
-    for (const event of await this.log.readStored(taskId, 0, 1_000_000_000)) reduce(scratch, event);
-    return scratch;
+    // Page by page: a page stops at its byte bound as well as its count.
+    for (let since = 0; ; ) {
+      const page = await this.log.readStored(taskId, since, 10_000);
+      if (page.length === 0) return scratch;
+      for (const event of page) reduce(scratch, event);
+      since = page[page.length - 1]!.seq;
+    }
   }
 
   /** The quarantined task an agent or a question belongs to, if any. */
