@@ -59,6 +59,8 @@ const configSchema = z.object({
   maxAgentsPerTask: count(1000),
   maxPlanTasks: count(1000),
   maxTeamsPerLeader: count(100),
+  /** ask_user questions one agent may have pending at once (docs/security.md). */
+  maxPendingQuestionsPerAgent: count(20),
   maxContentChars: count(200_000),
   /** The most agents one spawner token may run, its instances together (`--max-agents`); more is refused, `limit_exceeded`. */
   maxAgentsPerSpawner: z.coerce
@@ -118,6 +120,7 @@ const SOURCE_NAMES: Record<string, string> = {
   maxAgentsPerTask: 'BEIDOU_MAX_AGENTS_PER_TASK',
   maxPlanTasks: 'BEIDOU_MAX_PLAN_TASKS',
   maxTeamsPerLeader: 'BEIDOU_MAX_TEAMS_PER_LEADER',
+  maxPendingQuestionsPerAgent: 'BEIDOU_MAX_PENDING_QUESTIONS_PER_AGENT',
   maxContentChars: 'BEIDOU_MAX_CONTENT_CHARS',
   maxAgentsPerSpawner: 'BEIDOU_MAX_AGENTS_PER_SPAWNER',
   maxWriteBytesPerMinute: 'BEIDOU_MAX_WRITE_BYTES_PER_MINUTE',
@@ -182,6 +185,7 @@ export function loadConfig(flags: ConfigFlags = {}, env: NodeJS.ProcessEnv = pro
     maxAgentsPerTask: emptyToUndefined(env.BEIDOU_MAX_AGENTS_PER_TASK),
     maxPlanTasks: emptyToUndefined(env.BEIDOU_MAX_PLAN_TASKS),
     maxTeamsPerLeader: emptyToUndefined(env.BEIDOU_MAX_TEAMS_PER_LEADER),
+    maxPendingQuestionsPerAgent: emptyToUndefined(env.BEIDOU_MAX_PENDING_QUESTIONS_PER_AGENT),
     maxContentChars: emptyToUndefined(env.BEIDOU_MAX_CONTENT_CHARS),
     maxAgentsPerSpawner: emptyToUndefined(env.BEIDOU_MAX_AGENTS_PER_SPAWNER),
     maxWriteBytesPerMinute: emptyToUndefined(env.BEIDOU_MAX_WRITE_BYTES_PER_MINUTE),

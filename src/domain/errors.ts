@@ -105,6 +105,7 @@ export type LimitName =
   | 'agents_per_task'
   | 'plan_tasks'
   | 'teams_per_leader'
+  | 'pending_questions_per_agent'
   | 'sessions_per_agent'
   | 'inbox_streams_per_agent'
   | 'admin_streams';

@@ -48,6 +48,23 @@ export function assertPlanTasks(ctx: Pick<DomainContext, 'config'>, field: 'role
   );
 }
 
+/**
+ * An agent has at most BEIDOU_MAX_PENDING_QUESTIONS_PER_AGENT questions of its own pending:
+ * each holds its texts in memory until it is settled (an asker that cancels its calls leaves them).
+ */
+export function assertPendingQuestions(ctx: Pick<DomainContext, 'state' | 'config'>, asker: AgentRecord): void {
+  const max = ctx.config.maxPendingQuestionsPerAgent;
+  let pending = 0;
+  for (const q of ctx.state.questions.values()) if (q.asker === asker.agent_id && q.status === 'pending') pending++;
+  if (pending < max) return;
+  throw limitExceeded(
+    'pending_questions_per_agent',
+    max,
+    settingName('maxPendingQuestionsPerAgent'),
+    `you have ${pending} questions waiting for an answer, the cap is ${max}; wait for their answers (they arrive in your inbox) before asking more`,
+  );
+}
+
 /** A leader leads at most BEIDOU_MAX_TEAMS_PER_LEADER teams. */
 export function assertTeamsPerLeader(ctx: Pick<DomainContext, 'config'>, leader: AgentRecord): void {
   const max = ctx.config.maxTeamsPerLeader;

@@ -5,7 +5,7 @@ import { promptSummary, renderAnswerText, validateAnswers, type AnswerInput } fr
 import type { DomainContext } from './context.js';
 import { DomainError } from './errors.js';
 import { envelope, headerName, inlineWords, quoteLines } from './envelope.js';
-import { assertContentSize, assertInboxRoom } from './limits.js';
+import { assertContentSize, assertInboxRoom, assertPendingQuestions } from './limits.js';
 import { inboxPosted } from './messages.js';
 import { answerEffects, declineEffects } from './system-questions.js';
 
@@ -38,6 +38,7 @@ export function ask(
   assertContentSize(ctx.config, 'questions', questionsText(questions));
   const same = pendingRepeat(ctx, asker, questions, context, waiting);
   if (same) return { qid: same.qid, drafts: [], repeated: true };
+  assertPendingQuestions(ctx, asker);
   const qid = ctx.ids.next('q');
   const holder = asker.leader_id === USER ? null : asker.leader_id;
   const drafts: EventDraft[] = [

@@ -56,6 +56,9 @@ const stderrTail = z.string().max(AGENT_STDERR_MAX_CHARS);
 export const AGENT_ERROR_REASONS = ['binary_missing', 'not_logged_in', 'api_error', 'exit_nonzero'] as const;
 export type AgentErrorReason = (typeof AGENT_ERROR_REASONS)[number];
 
+/** The longest tool_use_id and tool name a drained event may carry (a runtime's ids are ~30 characters). */
+export const MAX_TOOL_FIELD_CHARS = 256;
+
 export const EVENT_FIELDS = {
   /** Standalone: a task and its root agent came into being. */
   task_created: z.object({
@@ -325,13 +328,14 @@ export const EVENT_FIELDS = {
   tool_called: z.object({
     caller_id: id,
     message_id: z.string().nullable(),
-    tool_use_id: z.string(),
-    name: z.string(),
+    // Bounded: an agent's own output names them, and the registry holds open ids (reducer).
+    tool_use_id: z.string().max(MAX_TOOL_FIELD_CHARS),
+    name: z.string().max(MAX_TOOL_FIELD_CHARS),
     input: z.unknown(),
   }),
   tool_result: z.object({
     caller_id: id,
-    tool_use_id: z.string(),
+    tool_use_id: z.string().max(MAX_TOOL_FIELD_CHARS),
     duration_ms: z.number().min(0),
     is_error: z.boolean(),
     error_reason: z.string().nullable(),

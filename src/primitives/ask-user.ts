@@ -43,10 +43,19 @@ export const askUser = definePrimitive({
     );
     // The waiter is in place before anyone can see the question, so a fast answer reaches
     // this call rather than the inbox.
-    const answer = services.questions.wait(qid, AbortSignal.any([signal, stopping]));
+    // `unasked` ends the wait of a question whose commit was refused (nothing would ever settle it).
+    const unasked = new AbortController();
+    const answer = services.questions.wait(qid, AbortSignal.any([signal, stopping, unasked.signal]));
     if (repeated)
       services.logger.info({ qid, agent: caller.agent_id }, `ask_user repeats pending question ${qid}: waiting for it`);
-    else await registry.commit(drafts, { writer: caller.agent_id });
+    else {
+      try {
+        await registry.commit(drafts, { writer: caller.agent_id });
+      } catch (err) {
+        unasked.abort();
+        throw err;
+      }
+    }
     const where = () => {
       const holder = questionHolder(registry.state.questions.get(qid)!);
       return holder === USER ? 'the user' : `agent ${holder}`;

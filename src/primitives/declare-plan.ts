@@ -4,6 +4,9 @@ import type { PlanTaskSpec } from '../registry/plan-graph.js';
 import { definePrimitive } from './define.js';
 import { nameField } from './fields.js';
 
+/** The longest model name a plan task may carry (real ones are ~40 characters). */
+const MAX_MODEL_CHARS = 256;
+
 /** Dependencies one plan task may list. */
 export const MAX_DEPENDENCIES = 50;
 
@@ -13,7 +16,7 @@ const taskSpecSchema = z.strictObject({
   skill: z.string().min(1, 'must name a skill').describe('Skill name, e.g. "worker".'),
   task: z.string().min(1, 'must not be empty').describe('The first message the agent receives; self-contained.'),
   description: z.string().default('').describe('Substituted into {role_description}.'),
-  model: z.string().min(1).optional().describe('Model override.'),
+  model: z.string().min(1).max(MAX_MODEL_CHARS).optional().describe('Model override.'),
   // Bounded so that the largest plan the defaults allow stays a short request (docs/performance.md).
   depends_on: z
     .array(z.string())
@@ -57,16 +60,24 @@ export const declarePlan = definePrimitive({
       const plan = plans.declarePlan(domain, caller, specs, skills, (taskId, planId) =>
         planStore.location(taskId, planId),
       );
-      // The copy first: if it cannot be kept, nothing changes. (The plan lock keeps the
-      // caller's own declare_plan calls in order meanwhile.)
-      await planStore.save({
+      // Paid first, then the copy: if either is refused, nothing changes; a commit that
+      // fails after the copy takes the copy back. (The plan lock keeps the caller's own
+      // declare_plan and remove_plan calls in order meanwhile.)
+      services.writeBudget.reserve(caller.agent_id, plan.drafts);
+      const copy = {
         taskId: caller.task_id,
         planId: plan.planId,
         ownerAgentId: caller.agent_id,
         location: plan.file,
         text: plan.text,
-      });
-      await registry.commit(plan.drafts, { writer: caller.agent_id });
+      };
+      await planStore.save(copy);
+      try {
+        await registry.commit(plan.drafts);
+      } catch (err) {
+        await planStore.discard(copy).catch(() => undefined);
+        throw err;
+      }
       return {
         plan_id: plan.planId,
         plan_path: plan.file,

@@ -14,11 +14,18 @@ export const removePlan = definePrimitive({
   outputSchema: z.object({ removed_plan_id: z.string() }),
   annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: false },
   async handler(_input, { services, caller }) {
-    const { registry, locks, domain, plans: planStore } = services;
+    const { registry, locks, domain, plans: planStore, writeBudget } = services;
     return locks.plan.with(caller.agent_id, async () => {
       const { plan, drafts } = plans.removePlan(domain, caller);
+      // Paid before the file is touched (a refusal after the rename would strand the plan).
+      writeBudget.reserve(caller.agent_id, drafts);
       await planStore.markRemoved(plan);
-      await registry.commit(drafts, { writer: caller.agent_id });
+      try {
+        await registry.commit(drafts);
+      } catch (err) {
+        await planStore.unmarkRemoved(plan).catch(() => undefined);
+        throw err;
+      }
       return { removed_plan_id: plan.plan_id };
     });
   },

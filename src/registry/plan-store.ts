@@ -11,6 +11,10 @@ export interface PlanStore {
   location(taskId: string, planId: string): string;
   /** Keeps the copy; if it cannot, the plan is not declared. */
   save(plan: { taskId: string; planId: string; ownerAgentId: string; location: string; text: string }): Promise<void>;
-  /** Marks the copy removed, before `plan_removed` is committed. */
+  /** Takes back a copy whose `plan_declared` could not be committed. */
+  discard(plan: { taskId: string; planId: string; location: string }): Promise<void>;
+  /** Marks the copy removed, before `plan_removed` is committed (already marked: done). */
   markRemoved(plan: PlanRecord): Promise<void>;
+  /** Takes back `markRemoved` when `plan_removed` could not be committed. */
+  unmarkRemoved(plan: PlanRecord): Promise<void>;
 }

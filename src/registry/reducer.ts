@@ -18,6 +18,9 @@ function putInInbox(agent: AgentRecord, message: InboxMessage): void {
   agent.inbox.set(message.message_id, message);
 }
 
+/** Tool uses held open per agent (tool_called without its tool_result): past this, the oldest is forgotten. */
+export const MAX_OPEN_TOOL_USES = 1000;
+
 const handoff = (detail: string, ts: number): PendingHandoff => ({
   detail,
   since: ts,
@@ -248,11 +251,15 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       const plan = state.plans.get(e.plan_id);
       if (plan) {
         plan.removed_at = e.ts;
-        // Its shape stays, its texts leave memory (the log and the removed copy keep them): a
-        // declare/remove loop then holds no more than the plans' outlines.
+        // Only its ids and statuses stay, the rest leaves memory (the log and the removed copy
+        // keep it): a declare/remove loop then holds no more than the plans' ids.
         for (const planTask of plan.tasks.values()) {
+          planTask.role = '';
+          planTask.skill = '';
           planTask.task = '';
           planTask.description = '';
+          planTask.model = null;
+          planTask.depends_on = [];
         }
       }
       const owner = state.agents.get(e.owner_agent_id);
@@ -370,6 +377,9 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
         q.answered_by = USER;
         q.audit.push({ by: USER, action: 'declined', reason: e.reason, ts: e.ts });
       }
+      // Settled, its texts leave memory (the log keeps them, `question_asked`); its summary stays.
+      q.questions = [];
+      q.context = null;
       return;
     }
     case 'launch.assigned': {
@@ -480,6 +490,9 @@ export function reduce(state: RegistryState, e: StoredEvent): void {
       if (!agent) return;
       agent.stats.tool_calls++;
       agent.open_tool_uses.add(e.tool_use_id);
+      // Bounded: an agent that never reports results must not grow the registry; the oldest go.
+      if (agent.open_tool_uses.size > MAX_OPEN_TOOL_USES)
+        agent.open_tool_uses.delete(agent.open_tool_uses.values().next().value!);
       touch(agent, e.ts);
       return;
     }

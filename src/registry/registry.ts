@@ -20,11 +20,15 @@ export type CommitObserver = (events: readonly StoredEvent[]) => void;
  */
 export interface WriteMeter {
   admit(writer: string, bytes: number): void;
+  /** Counts the bytes against `writer` without ever refusing (what a spawner reports for its agent). */
+  charge(writer: string, bytes: number): void;
 }
 
 export interface CommitOptions {
   /** The agent whose call this commit is: its bytes count against its write budget. Absent: the server's own. */
   writer?: string;
+  /** Counted against the writer's budget but never refused by it (the caller decided already). */
+  chargeOnly?: boolean;
 }
 
 /**
@@ -161,8 +165,13 @@ export class Registry {
   /** An archived task read back from the store: its events replayed into a state of its own. */
   async loadArchived(taskId: string): Promise<RegistryState> {
     const scratch = emptyState();
-    for (const event of await this.log.readStored(taskId, 0, 1_000_000_000)) reduce(scratch, event);
-    return scratch;
+    // Page by page: a page stops at its byte bound as well as its count.
+    for (let since = 0; ; ) {
+      const page = await this.log.readStored(taskId, since, 10_000);
+      if (page.length === 0) return scratch;
+      for (const event of page) reduce(scratch, event);
+      since = page[page.length - 1]!.seq;
+    }
   }
 
   /** The quarantined task an agent or a question belongs to, if any. */
@@ -176,9 +185,12 @@ export class Registry {
    * A commit made for an agent's call names it (`writer`), and its meter may refuse it.
    */
   async commit(drafts: readonly EventDraft[], options: CommitOptions = {}): Promise<StoredEvent[]> {
-    const { writer } = options;
+    const { writer, chargeOnly } = options;
     const meter = this.meter;
-    const admit = writer !== undefined && meter ? (bytes: number) => meter.admit(writer, bytes) : undefined;
+    const admit =
+      writer !== undefined && meter
+        ? (bytes: number) => (chargeOnly ? meter.charge(writer, bytes) : meter.admit(writer, bytes))
+        : undefined;
     const { events, durable } = this.log.append(drafts, admit);
     for (const event of events) reduce(this.state, event);
     for (const observer of this.observers) observer(events);

@@ -18,6 +18,11 @@ export class QuestionWaiters {
     private readonly domain: DomainContext,
   ) {}
 
+  /** Questions some call waits for (the tests' check that none is left behind). */
+  get size(): number {
+    return this.waiters.size;
+  }
+
   /** Whether a blocked call is waiting for this question (then the answer is not posted to the inbox). */
   has(qid: string): boolean {
     return this.waiters.has(qid);

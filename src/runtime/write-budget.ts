@@ -1,8 +1,10 @@
 import { settingName } from '../config.js';
 import { rateLimited } from '../domain/errors.js';
+import type { EventDraft } from '../events/catalogue.js';
 import type { WriteMeter } from '../registry/registry.js';
 import type { Clock } from '../util/clock.js';
 import { RateWindows } from '../util/rate-window.js';
+import { serialiseDrafts, serialisedBytes } from '../store/codec.js';
 
 /**
  * Each agent's write budget (BEIDOU_MAX_WRITE_BYTES_PER_MINUTE, docs/security.md): the
@@ -38,8 +40,27 @@ export class WriteBudget implements WriteMeter {
     );
   }
 
+  /** Whether the agent is still within its budget (what it writes next is taken whole). */
+  within(agentId: string): boolean {
+    return this.windows.decide(agentId).admitted;
+  }
+
   admit(agentId: string, bytes: number): void {
     this.check(agentId);
     this.windows.charge(agentId, bytes);
+  }
+
+  charge(agentId: string, bytes: number): void {
+    this.windows.charge(agentId, bytes);
+  }
+
+  /**
+   * Decides and charges a commit's bytes now, in one synchronous step, for a call that must
+   * do something else (a plan file) before it commits: refused here, it has done nothing;
+   * admitted, it commits `drafts` without a writer (already paid), so no later refusal can
+   * leave its side effect behind. Concurrent calls cannot all pass: the first one charges.
+   */
+  reserve(agentId: string, drafts: readonly EventDraft[]): void {
+    this.admit(agentId, serialisedBytes(serialiseDrafts(drafts, () => undefined)));
   }
 }

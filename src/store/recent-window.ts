@@ -8,7 +8,12 @@
 export interface LiveMemory {
   events: number;
   bytes: number;
+  /** The bytes one page of a read (`read`, `readStored`) brings at most, past its first event (default READ_PAGE_BYTES). */
+  pageBytes?: number;
 }
+
+/** What one page of events read brings into memory at most (a page holds at least one event, whatever its size). */
+export const READ_PAGE_BYTES = 16 * 1024 * 1024;
 
 /** No bound (a log opened by a tool or a test that reads what it replayed). */
 export const UNBOUNDED: LiveMemory = { events: Number.POSITIVE_INFINITY, bytes: Number.POSITIVE_INFINITY };

@@ -84,4 +84,27 @@ describe('JsonlEventLog with a bounded window', () => {
     expect(await again.readStored('tsk_long', 2, 3)).toEqual(again.read('tsk_long', 2, 3));
     await again.close();
   });
+
+  it('a page of read and of readStored stops at pageBytes past its first line, and paging on reads every event once', async () => {
+    dir = tempHome();
+    const big = (i: number): EventDraft => ({ ...draft(i), content: `big ${i} ${'z'.repeat(3_000)}` }) as EventDraft;
+    const log = new JsonlEventLog(dir, clock, { events: 5, bytes: Number.POSITIVE_INFINITY, pageBytes: 10_000 });
+    await log.open(() => undefined);
+    for (let i = 0; i < 30; i += 2) await log.append([big(i), big(i + 1)]).durable;
+    expect(log.read('tsk_long', 0, 1_000).map((e) => e.seq)).toEqual([1, 2, 3]);
+    expect(log.read('tsk_long', 27, 1_000).map((e) => e.seq)).toEqual([28, 29, 30]);
+    const tiny = new JsonlEventLog(dir, clock, { events: 5, bytes: Number.POSITIVE_INFINITY, pageBytes: 10 });
+    await tiny.open(() => undefined);
+    expect(tiny.read('tsk_long', 4, 1_000).map((e) => e.seq)).toEqual([5]);
+    const all: StoredEvent[] = [];
+    for (;;) {
+      const page = await log.readStored('tsk_long', all.at(-1)?.seq ?? 0, 1_000);
+      if (page.length === 0) break;
+      all.push(...page);
+    }
+    expect(all.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+    expect((all[0] as { content: string }).content).toBe((big(0) as { content: string }).content);
+    await tiny.close();
+    await log.close();
+  });
 });

@@ -174,6 +174,39 @@ describe('limits: quotas and content caps', () => {
     expect(await snapshot(s, task.task_id)).toEqual(declared);
   });
 
+  it('an asker past BEIDOU_MAX_PENDING_QUESTIONS_PER_AGENT pending questions is refused, nothing written; a settled question drops its texts from memory', async () => {
+    const s = await start({ BEIDOU_MAX_PENDING_QUESTIONS_PER_AGENT: '2' });
+    const { task, root } = await rootOf(s);
+    // Each question is asked, then the call is cancelled: it stays pending for the user.
+    const askAndCancel = async (text: string) => {
+      const cancel = new AbortController();
+      const call = root.client
+        .callTool({ name: 'ask_user', arguments: { questions: [{ ...FREE, question: text }] } }, undefined, {
+          signal: cancel.signal,
+        })
+        .catch(() => undefined);
+      const asked = await waitForEvent(s, task.task_id, (e) => e.event === 'question_asked' && e.prompt.includes(text));
+      cancel.abort();
+      await call;
+      return asked.qid as string;
+    };
+    const first = await askAndCancel('first?');
+    await askAndCancel('second?');
+    const before = await snapshot(s, task.task_id);
+    expectError(await root.call('ask_user', { questions: [{ ...FREE, question: 'third?' }] }), 'limit_exceeded', {
+      limit: 'pending_questions_per_agent',
+      max: 2,
+      setting: 'BEIDOU_MAX_PENDING_QUESTIONS_PER_AGENT',
+    });
+    expect(await snapshot(s, task.task_id)).toEqual(before);
+
+    // Once one is answered the asker may ask again; the answered one keeps its summary, not its texts.
+    expect((await s.api('POST', `/questions/${first}/answer`, { answers: [{ text: 'yes' }] })).status).toBe(200);
+    await askAndCancel('third?');
+    const settled = s.server.services.registry.state.questions.get(first)!;
+    expect(settled).toMatchObject({ status: 'answered', questions: [], context: null, prompt: 'first?' });
+  });
+
   it('every text one agent hands another is capped by BEIDOU_MAX_CONTENT_CHARS (content_too_large), nothing written', async () => {
     const s = await start();
     const { task, root, members } = await team(s, ['a', 'b']);

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { apiEvents, type AnyEvent } from '../support/events.js';
+import { handSpawner } from '../support/spawner-stream.js';
 import { storedPlans } from '../support/store.js';
 import {
   agentToken,
@@ -32,6 +33,7 @@ function value<T = any>(outcome: ToolOutcome<T>): T {
 describe('the write budget and the live window', () => {
   let ts: TestServer | null = null;
   const agents: TestAgent[] = [];
+  const streams: AbortController[] = [];
 
   async function connect(s: TestServer, token: string) {
     const agent = await connectAgent(s.url, token);
@@ -55,6 +57,7 @@ describe('the write budget and the live window', () => {
   const seqOf = async (s: TestServer, taskId: string) => (await apiEvents(s, taskId)).length;
 
   afterEach(async () => {
+    for (const stream of streams.splice(0)) stream.abort();
     await Promise.allSettled(agents.map((a) => a.close()));
     agents.length = 0;
     if (ts) {
@@ -141,6 +144,130 @@ describe('the write budget and the live window', () => {
     clock.advance(retryAfter);
     value(await a.worker.call('send_message', { to: a.task.root_agent_id, content: 'back, within budget' }));
     expect(await seqOf(ts, a.task.task_id)).toBe(before + 1);
+  });
+
+  it('concurrent plan calls near the budget are decided before any file is touched: the agent can always replan', async () => {
+    const clock = new FakeClock();
+    ts = await startTestServer({
+      clock,
+      env: { BEIDOU_MAX_WRITE_BYTES_PER_MINUTE: String(BUDGET), BEIDOU_WATCHDOG_S: '3600' },
+    });
+    const a = await taskWithWorker(ts, 'racing');
+    // Spend most of the budget, then race a large declare_plan, a remove_plan and a question:
+    // all pass the early check, only what the budget admits at once may touch anything.
+    for (let i = 0; i < 5; i++)
+      value(await a.worker.call('send_message', { to: a.task.root_agent_id, content: big(50_000, `m${i}`) }));
+    const planOf = (tag: string, n: number) => ({
+      tasks: [{ id: 'a', role: 'r', skill: 'worker', task: big(n, tag) }],
+    });
+    const [declared, removed] = await Promise.all([
+      a.worker.call('declare_plan', planOf('first', 150_000)),
+      a.worker.call('remove_plan'),
+    ]);
+    // In either order, the one plan is declared whole and the removal changed nothing.
+    expect(declared.ok).toBe(true);
+    expect(removed.ok).toBe(false);
+    expect(['rate_limited', 'no_active_plan']).toContain((removed as Extract<ToolOutcome, { ok: false }>).error.error);
+    const planId = value(declared).plan_id as string;
+    expect(await storedPlans(ts.home, a.task.task_id)).toEqual([`${planId}.json`]);
+
+    // Drained, it removes and declares again, as often as it likes.
+    clock.advance(120);
+    const state = ts.server.services.registry.state;
+    const before = ts.server.services.questions.size;
+    expect(value(await a.worker.call('remove_plan')).removed_plan_id).toBe(planId);
+    const again = value(await a.worker.call('declare_plan', planOf('second', 10)));
+    expect(await storedPlans(ts.home, a.task.task_id)).toEqual(
+      [`${planId}.removed.json`, `${again.plan_id as string}.json`].sort(),
+    );
+    value(await a.worker.call('remove_plan'));
+
+    // Two questions race near the budget: the one refused at its commit leaves no waiter behind.
+    clock.advance(120);
+    for (let i = 0; i < 5; i++)
+      value(await a.worker.call('send_message', { to: a.task.root_agent_id, content: big(50_000, `n${i}`) }));
+    const ask = (tag: string) =>
+      a.worker.call('ask_user', {
+        questions: [{ question: big(60_000, tag), header: '', multiSelect: false, options: [] }],
+      });
+    const asks = [ask('one'), ask('two')];
+    const first = await Promise.race(asks);
+    expect(first).toMatchObject({ ok: false, error: { error: 'rate_limited' } });
+    const pending = [...state.questions.values()].filter((q) => q.asker === a.workerId && q.status === 'pending');
+    expect(pending).toHaveLength(1);
+    expect(ts.server.services.questions.size).toBe(before + 1);
+    const qid = pending[0]!.qid;
+    expect((await ts.api('POST', `/questions/${qid}/answer`, { answers: [{ text: 'done' }] })).status).toBe(200);
+    const answered = await Promise.all(asks);
+    expect(answered.filter((o) => o.ok)).toHaveLength(1);
+    expect(ts.server.services.questions.size).toBe(before);
+  });
+
+  it("what a spawner posts for an agent is charged to the agent's budget, never refused: past it, the bulky fields are cut", async () => {
+    const clock = new FakeClock();
+    ts = await startTestServer({
+      clock,
+      env: { BEIDOU_MAX_WRITE_BYTES_PER_MINUTE: String(BUDGET), BEIDOU_WATCHDOG_S: '3600' },
+    });
+    const spawner = await handSpawner(ts, 'box', streams);
+    await spawner.next('hello');
+    const task = (await ts.api('POST', '/tasks', { task: 'prints a lot' })).body;
+    const launch = await spawner.next('launch');
+    const agentId = task.root_agent_id as string;
+    expect((await spawner.post(`/agents/${agentId}/started`, { session_id: 's', resumed: false })).status).toBe(200);
+    const agent = await connect(ts, launch.token);
+    const post = (events: unknown[]) => spawner.post(`/agents/${agentId}/events`, { events });
+    const text = (t: string) => ({ event: 'assistant_text', message_id: 'm', text: t, stop_reason: null });
+    const called = (id: string, input: unknown) => ({
+      event: 'tool_called',
+      message_id: 'm',
+      tool_use_id: id,
+      name: 'Bash',
+      input,
+    });
+
+    // Within the budget a batch is taken whole, the one that crosses it too: then the agent's own calls are refused.
+    expect(await post([text(big(BUDGET, 'first'))])).toMatchObject({ status: 200, body: { accepted: 1 } });
+    expect(await agent.call('send_message', { to: agentId, content: 'x' })).toMatchObject({
+      ok: false,
+      error: { error: 'rate_limited' },
+    });
+    // Past it, the batch is still taken (supervision lands), its bulky fields cut.
+    const cost = {
+      event: 'run.cost',
+      total_cost_usd: 0.5,
+      duration_ms: 1,
+      duration_api_ms: 1,
+      num_turns: 1,
+      usage: {},
+      model_usage: {},
+    };
+    const after = await post([
+      text(big(100_000, 'second')),
+      called('tu_1', { command: big(100_000, 'input') }),
+      { event: 'tool_result', tool_use_id: 'tu_1', duration_ms: 1, is_error: true, error_reason: big(50_000, 'why') },
+      cost,
+    ]);
+    expect(after).toMatchObject({ status: 200, body: { accepted: 4 } });
+    const events = (await apiEvents(ts, task.task_id)).slice(-4);
+    expect(events.map((e) => e.event)).toEqual(['assistant_text', 'tool_called', 'tool_result', 'run.cost']);
+    expect(events[0]!.text).toBe('[cut: the agent was past its write budget]');
+    expect(events[1]).toMatchObject({ tool_use_id: 'tu_1', name: 'Bash', input: null });
+    expect(events[2]!.error_reason).toBe('[cut: the agent was past its write budget]');
+    expect(events[3]).toMatchObject({ total_cost_usd: 0.5 });
+    expect(JSON.stringify(events).length).toBeLessThan(2_000);
+
+    // Ids and names are bounded, and so are the tool uses an agent keeps open.
+    expect(await post([called('u'.repeat(300), null)])).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_input' },
+    });
+    for (let b = 0; b < 3; b++)
+      expect((await post(Array.from({ length: 500 }, (_, k) => called(`tu_${b}_${k}`, null)))).status).toBe(200);
+    const open = ts.server.services.registry.state.agents.get(agentId)!.open_tool_uses;
+    expect(open.size).toBe(1000);
+    expect(open.has('tu_2_499')).toBe(true);
+    expect(open.has('tu_0_0')).toBe(false);
   });
 
   it('a task with more events than BEIDOU_LIVE_EVENTS_IN_MEMORY is read from seq 1, streamed from seq 1 and followed live, before and after a restart', async () => {

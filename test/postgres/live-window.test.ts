@@ -87,6 +87,42 @@ describe('PgEventLog with a bounded window', () => {
     );
   });
 
+  it("older events are read on connections of their own, never the lease's, a page at most pageBytes past its first event", async () => {
+    const { url } = await freshDatabase();
+    await withClient(url, (c) => migrate(c));
+    const big = (n: number) => ({ ...message(n), content: `big ${n} ${'z'.repeat(3_000)}` }) as EventDraft;
+    const log = new PgEventLog(url, clock, {}, { events: 5, bytes: Number.POSITIVE_INFINITY, pageBytes: 10_000 });
+    logs.push(log);
+    await log.open(() => undefined);
+    for (let i = 0; i < 30; i += 2) await log.append([big(i), big(i + 1)]).durable;
+    const floor = log.readFloor('tsk_long');
+    expect(floor).toBe(25);
+    // From the table: three events of ~3 KB fit under 10,000 bytes, whatever the limit.
+    const page = await log.readStored('tsk_long', 0, 1_000);
+    expect(page.map((e) => e.seq)).toEqual([1, 2, 3]);
+    // From memory too.
+    expect(log.read('tsk_long', floor, 1_000).map((e) => e.seq)).toEqual([26, 27, 28]);
+    // Paged on, every event once and in order.
+    expect((await allStored(log, 'tsk_long', 1_000)).map((e) => e.seq)).toEqual(
+      Array.from({ length: 30 }, (_, i) => i + 1),
+    );
+    // The reads ran on the log's read connections, not on the one holding the lease.
+    const readers = await withClient(url, async (c) => {
+      const { rows } = await c.query<{ application_name: string; query: string }>(
+        "SELECT application_name, query FROM pg_stat_activity WHERE query LIKE '%octet_length%' AND pid <> pg_backend_pid()",
+      );
+      return rows.map((r) => r.application_name);
+    });
+    expect(readers.length).toBeGreaterThan(0);
+    expect(new Set(readers)).toEqual(new Set(['beidou-log-read']));
+    // A page holds its first event whatever its size (a log opened afresh: this one hands over its lease).
+    await log.close();
+    const tiny = new PgEventLog(url, clock, {}, { events: 5, bytes: Number.POSITIVE_INFINITY, pageBytes: 10 });
+    logs.push(tiny);
+    await tiny.open(() => undefined);
+    expect((await tiny.readStored('tsk_long', 0, 1_000)).map((e) => e.seq)).toEqual([1]);
+  });
+
   it('a standby follows the active within the bound, takes over, and serves the task from seq 1', async () => {
     const { url: db } = await freshDatabase();
     const env = {

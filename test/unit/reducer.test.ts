@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { storedEventSchema, type EventFields, type EventName, type StoredEvent } from '../../src/events/catalogue.js';
-import { reduce } from '../../src/registry/reducer.js';
+import { MAX_OPEN_TOOL_USES, reduce } from '../../src/registry/reducer.js';
 import { BEIDOU, USER, emptyState, type AgentRecord, type RegistryState } from '../../src/registry/state.js';
 
 /**
@@ -733,17 +733,19 @@ describe('plans', () => {
 
   it('plan_removed marks the plan removed and clears the owner active plan, but not a newer one', () => {
     const { log, state } = withPlan();
-    const shape = [...state.plans.get('pl_1')!.tasks.values()].map(({ id, role, depends_on }) => ({
+    const shape = [...state.plans.get('pl_1')!.tasks.values()].map(({ id, status, agent_id }) => ({
       id,
-      role,
-      depends_on,
+      status,
+      agent_id,
     }));
     reduce(state, log.at(5_500).ev('plan_removed', { plan_id: 'pl_1', owner_agent_id: ROOT }));
     expect(state.plans.get('pl_1')!.removed_at).toBe(5_500);
-    // A removed plan keeps its shape; its texts are in the log, not in memory.
+    // A removed plan keeps its ids and statuses; the rest is in the log, not in memory.
     const removed = [...state.plans.get('pl_1')!.tasks.values()];
-    expect(removed.map(({ id, role, depends_on }) => ({ id, role, depends_on }))).toEqual(shape);
-    expect(removed.map((t) => [t.task, t.description])).toEqual(removed.map(() => ['', '']));
+    expect(removed.map(({ id, status, agent_id }) => ({ id, status, agent_id }))).toEqual(shape);
+    expect(removed.map((t) => [t.role, t.skill, t.task, t.description, t.model, t.depends_on])).toEqual(
+      removed.map(() => ['', '', '', '', null, []]),
+    );
     expect(agentOf(state, ROOT).active_plan_id).toBeNull();
     expect(taskOf(state).plan_ids).toEqual(['pl_1']);
 
@@ -869,6 +871,9 @@ describe('questions', () => {
     });
     expect(q.audit.at(-1)).toEqual({ by: 'ag_a', action: 'answered', reason: 'obvious', ts: 6_300 });
     expect(agentOf(state, 'ag_a').last_activity_at).toBe(6_300);
+    // Settled, its texts leave memory (the log keeps them); its summary stays.
+    expect(q).toMatchObject({ questions: [], context: null });
+    expect(q.prompt.length).toBeGreaterThan(0);
   });
 
   it('question_answered by the user at the gateway', () => {
@@ -1169,6 +1174,20 @@ describe('agent lifecycle', () => {
     expect(b).toMatchObject({ spawner_id: 'sp_2', running: true });
     expect([...b.open_tool_uses]).toEqual(['tu_b']);
     expect(state.agents.has('ag_ghost')).toBe(false);
+  });
+
+  it('holds at most MAX_OPEN_TOOL_USES open tool uses per agent, the oldest forgotten first', () => {
+    const { log, state } = launched();
+    for (let i = 0; i < MAX_OPEN_TOOL_USES + 5; i++)
+      reduce(
+        state,
+        log.ev('tool_called', { caller_id: 'ag_a', message_id: null, tool_use_id: `tu_${i}`, name: 'Read', input: {} }),
+      );
+    const open = agentOf(state, 'ag_a').open_tool_uses;
+    expect(open.size).toBe(MAX_OPEN_TOOL_USES);
+    expect(open.has('tu_4')).toBe(false);
+    expect(open.has('tu_5')).toBe(true);
+    expect(agentOf(state, 'ag_a').stats.tool_calls).toBe(MAX_OPEN_TOOL_USES + 5);
   });
 
   it('counts strikes from agent_crashed and contract_violation, across spawners; a clean turn or an escalation resets them', () => {

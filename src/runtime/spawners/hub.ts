@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { DomainContext } from '../../domain/context.js';
+import { cutPastBudget } from '../../domain/past-budget.js';
 import { reconcile } from '../../domain/reconcile.js';
 import {
   agentStarted,
@@ -19,6 +20,7 @@ import type { Registry } from '../../registry/registry.js';
 import type { SkillCatalog } from '../../skills/loader.js';
 import type { Clock } from '../../util/clock.js';
 import type { Inboxes } from '../inbox.js';
+import type { WriteBudget } from '../write-budget.js';
 import { SpawnerConnections, type Connection } from './connections.js';
 import { Deliveries } from './deliveries.js';
 import { Scheduler } from './scheduler.js';
@@ -46,6 +48,7 @@ export class SpawnerHub {
       skills: SkillCatalog;
       clock: Clock;
       logger: Logger;
+      writeBudget: Pick<WriteBudget, 'within'>;
     },
   ) {
     const { registry, domain, inboxes, tokens, skills, clock } = deps;
@@ -262,9 +265,18 @@ export class SpawnerHub {
     await this.registry.commit([...drafts, ...mark]);
   }
 
-  /** Validated drained events, with the server's answer to an escalation in the same commit. */
+  /**
+   * Validated drained events, with the server's answer to an escalation in the same commit.
+   * Charged to the agent's write budget (what it prints is what it writes), never refused:
+   * supervision must land and the spool must not wedge; past the budget, the bulky
+   * observability fields are cut instead (domain/spawners.ts `cutPastBudget`).
+   */
   async report(spawnerId: string, agentId: string, drafts: EventDraft[], mark: EventDraft[] = []): Promise<void> {
-    await this.registry.commit([...spawnerReport(this.deps.domain, spawnerId, agentId, drafts), ...mark]);
+    const kept = this.deps.writeBudget.within(agentId) ? drafts : cutPastBudget(drafts);
+    await this.registry.commit([...spawnerReport(this.deps.domain, spawnerId, agentId, kept), ...mark], {
+      writer: agentId,
+      chargeOnly: true,
+    });
   }
 
   /** How many spawner streams are open (with a token that stands): those a revocation of every spawner token closes. */

@@ -148,7 +148,7 @@ export async function activate(o: ActivationOptions): Promise<Activation> {
     tokens,
     inboxes,
     questions: new QuestionWaiters(registry, domain),
-    spawners: new SpawnerHub({ registry, domain, inboxes, tokens, skills, clock, logger }),
+    spawners: new SpawnerHub({ registry, domain, inboxes, tokens, skills, clock, logger, writeBudget }),
     activity,
     writeBudget,
     stopping: stopping.signal,

@@ -17,7 +17,7 @@ import {
 } from '../../events/event-log.js';
 import { eventLine, serialiseDrafts, serialisedBytes } from '../codec.js';
 import { GroupCommit } from '../group-commit.js';
-import { UNBOUNDED, type LiveMemory } from '../recent-window.js';
+import { READ_PAGE_BYTES, UNBOUNDED, type LiveMemory } from '../recent-window.js';
 import { skipLines } from './line-index.js';
 import { replayTaskFiles } from './replay.js';
 import { openTaskFile, type TaskFile } from './task-file.js';
@@ -147,9 +147,7 @@ export class JsonlEventLog implements EventLog {
       upTo === file.durableSeq
         ? file.durableEnd
         : (file.lines.held(upTo + 1) ?? skipLines(file.fd, start, upTo - from));
-    const buf = Buffer.allocUnsafe(end - start);
-    let got = 0;
-    while (got < buf.length) got += readSync(file.fd, buf, got, buf.length - got, start + got);
+    const buf = readPage(file.fd, start, end, this.memory.pageBytes ?? READ_PAGE_BYTES);
     const out: StoredEvent[] = [];
     let s = 0;
     while (s < buf.length) {
@@ -185,13 +183,18 @@ export class JsonlEventLog implements EventLog {
     if (!this.archived.has(taskId)) return this.read(taskId, since, limit);
     const data = await readFile(path.join(this.dir, `${taskId}.jsonl`));
     const out: StoredEvent[] = [];
+    const maxBytes = this.memory.pageBytes ?? READ_PAGE_BYTES;
     let s = 0;
+    let bytes = 0;
     while (s < data.length && out.length < limit) {
       const nl = data.indexOf(0x0a, s);
       if (nl === -1) break;
       const event = JSON.parse(data.toString('utf8', s, nl)) as StoredEvent & { commit?: number; of?: number };
+      const size = nl + 1 - s;
       s = nl + 1;
       if (event.seq <= since) continue;
+      bytes += size;
+      if (out.length > 0 && bytes > maxBytes) break;
       if (event.of !== undefined) {
         delete event.commit;
         delete event.of;
@@ -238,3 +241,22 @@ export class JsonlEventLog implements EventLog {
 // The fd was opened with O_APPEND, so the kernel appends whatever position is given.
 const writeAt = (fd: number, buf: Buffer, off: number) => promisify(write)(fd, buf, off, buf.length - off, null);
 const datasync = promisify(fdatasync);
+
+/**
+ * The lines in `[start, end)` of a task file, but at most `maxBytes` of them (whole lines,
+ * at least the first): a page of `limit` large events is no small read.
+ */
+function readPage(fd: number, start: number, end: number, maxBytes: number): Buffer {
+  const size = Math.min(end - start, maxBytes);
+  const buf = readAt(fd, start, size);
+  if (size === end - start) return buf;
+  const last = buf.lastIndexOf(0x0a);
+  return last >= 0 ? buf.subarray(0, last + 1) : readAt(fd, start, skipLines(fd, start, 1) - start);
+}
+
+function readAt(fd: number, position: number, size: number): Buffer {
+  const buf = Buffer.allocUnsafe(size);
+  let got = 0;
+  while (got < size) got += readSync(fd, buf, got, size - got, position + got);
+  return buf;
+}

@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { PlanStore } from '../../registry/plan-store.js';
 import type { PlanRecord } from '../../registry/state.js';
@@ -16,8 +18,25 @@ export class FilePlanStore implements PlanStore {
     await writeFileAtomicAsync(plan.location, plan.text);
   }
 
+  async discard(plan: { location: string }): Promise<void> {
+    await rm(plan.location, { force: true });
+  }
+
   async markRemoved(plan: PlanRecord): Promise<void> {
-    renameDurably(plan.plan_path, removedPlanPath(plan.plan_path));
+    moveTolerant(plan.plan_path, removedPlanPath(plan.plan_path));
+  }
+
+  async unmarkRemoved(plan: PlanRecord): Promise<void> {
+    moveTolerant(removedPlanPath(plan.plan_path), plan.plan_path);
+  }
+}
+
+/** Renames `from` to `to`, done already when `from` is gone and `to` is there (a retry after a failed commit). */
+function moveTolerant(from: string, to: string): void {
+  try {
+    renameDurably(from, to);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || !existsSync(to)) throw err;
   }
 }
 

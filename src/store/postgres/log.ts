@@ -14,11 +14,12 @@ import {
 } from '../../events/event-log.js';
 import { GroupCommit } from '../group-commit.js';
 import { eventLine, serialiseDrafts, serialisedBytes } from '../codec.js';
-import { UNBOUNDED, type LiveMemory } from '../recent-window.js';
+import { READ_PAGE_BYTES, UNBOUNDED, type LiveMemory } from '../recent-window.js';
 import { commitRows } from './commit.js';
 import { Follower, type FollowedLog } from './follower.js';
 import { WriterLease, type LeaseOptions } from './lease.js';
 import { replayStored, taskLog, type TaskLog } from './replay.js';
+import { StoredReader } from './stored-read.js';
 
 /**
  * The event log in PostgreSQL: every event a row of `events`, keyed by `(task_id, seq)`.
@@ -52,6 +53,8 @@ export class PgEventLog implements EventLog {
   );
   /** The log's connection and its writer lease. */
   private readonly lease: WriterLease;
+  /** Older events' reads, on connections of their own. */
+  private readonly stored: StoredReader;
   /** While a standby's log follows the active's commits (`follow`), until `promote`. */
   private follower: Follower | null = null;
   /** What the follower reaches of this log. */
@@ -65,6 +68,7 @@ export class PgEventLog implements EventLog {
     private readonly memory: LiveMemory = UNBOUNDED,
   ) {
     this.lease = new WriterLease(url, options, this.commits);
+    this.stored = new StoredReader(url);
     this.followed = {
       lease: this.lease,
       follows: (follower) => this.follower === follower,
@@ -237,7 +241,14 @@ export class PgEventLog implements EventLog {
       throw new Error(`events of task ${taskId} after seq ${from} are no longer in memory: read them with readStored`);
     const upTo = Math.min(task.lines.last, from + limit);
     const out: StoredEvent[] = [];
-    for (let seq = from + 1; seq <= upTo; seq++) out.push(JSON.parse(task.lines.at(seq)!) as StoredEvent);
+    const maxBytes = this.memory.pageBytes ?? READ_PAGE_BYTES;
+    // A page stops at its byte bound too (it holds at least one event): `limit` large events are no small read.
+    for (let seq = from + 1, bytes = 0; seq <= upTo; seq++) {
+      const line = task.lines.at(seq)!;
+      bytes += line.length;
+      if (out.length > 0 && bytes > maxBytes) break;
+      out.push(JSON.parse(line) as StoredEvent);
+    }
     return out;
   }
 
@@ -268,19 +279,9 @@ export class PgEventLog implements EventLog {
   async readStored(taskId: string, since: number, limit: number): Promise<StoredEvent[]> {
     const floor = this.readFloor(taskId);
     if (!this.archived.has(taskId) && since >= floor) return this.read(taskId, since, limit);
-    // On the log's own connection: older events are read rarely, a page in one statement.
-    const client = (this.lease.client ??= await this.lease.reconnect());
-    const { rows } = this.archived.has(taskId)
-      ? await client.query<{ body: string }>(
-          'SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3',
-          [taskId, since, limit],
-        )
-      : // A live task's events below its window: those rows only, the rest from memory at the next page.
-        await client.query<{ body: string }>(
-          'SELECT body::text AS body FROM events WHERE task_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4',
-          [taskId, since, floor, limit],
-        );
-    return rows.map((r) => JSON.parse(r.body) as StoredEvent);
+    // A live task's events below its window: those rows only, the rest from memory at the next page.
+    const upTo = this.archived.has(taskId) ? null : floor;
+    return this.stored.page(taskId, since, upTo, limit, this.memory.pageBytes ?? READ_PAGE_BYTES);
   }
 
   durableSeq(taskId: string): number {
@@ -309,6 +310,7 @@ export class PgEventLog implements EventLog {
     try {
       await this.flush();
     } finally {
+      await this.stored.close();
       await this.lease.release();
     }
   }

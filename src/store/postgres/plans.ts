@@ -21,6 +21,17 @@ export class PgPlanStore implements PlanStore {
     );
   }
 
+  async discard(plan: { taskId: string; planId: string }): Promise<void> {
+    await this.pool.query('DELETE FROM plans WHERE task_id = $1 AND plan_id = $2', [plan.taskId, plan.planId]);
+  }
+
+  async unmarkRemoved(plan: PlanRecord): Promise<void> {
+    await this.pool.query('UPDATE plans SET removed_at = NULL WHERE task_id = $1 AND plan_id = $2', [
+      plan.task_id,
+      plan.plan_id,
+    ]);
+  }
+
   async markRemoved(plan: PlanRecord): Promise<void> {
     await this.pool.query('UPDATE plans SET removed_at = $3 WHERE task_id = $1 AND plan_id = $2', [
       plan.task_id,
