@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -49,10 +49,15 @@ export interface Mount {
  * `--die-with-parent`: bwrap dies with the spawner, and the PID namespace with bwrap, so no
  * agent process outlives either (a `setsid` escapee included). `--cap-drop ALL`: a spawner
  * running as root must not hand the agent the capabilities to unmount what hides the keys.
+ * /proc/sys read-only and the kernel's trigger files masked: a fresh /proc is writable where
+ * the spawner's user may write (root: `kernel.core_pattern` runs a program as host root).
+ * `--unshare-uts`: the host name is the agent's own.
  */
 export function bwrapArgs(mounts: SandboxMounts, command: string[]): string[] {
-  const args = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--cap-drop', 'ALL'];
-  args.push('--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc');
+  const args = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--cap-drop', 'ALL'];
+  args.push('--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc', '--ro-bind', '/proc/sys', '/proc/sys');
+  // bwrap cannot create a mount point in /proc: only what this kernel has is masked.
+  for (const f of PROC_MASKED) if (existsSync(f)) args.push('--ro-bind', '/dev/null', f);
   const order = (m: Mount) => depth(m.path) * 2 + (m.kind === 'hide' ? 0 : 1);
   for (const m of [...mounts.mounts].sort((a, b) => order(a) - order(b))) {
     if (m.kind === 'hide') args.push(...(m.file ? ['--ro-bind', '/dev/null', m.path] : ['--tmpfs', m.path]));
@@ -61,6 +66,9 @@ export function bwrapArgs(mounts: SandboxMounts, command: string[]): string[] {
   args.push('--chdir', mounts.cwd, '--', ...command);
   return args;
 }
+
+/** Writable /proc files outside /proc/sys that act on the host kernel. */
+const PROC_MASKED = ['/proc/sysrq-trigger', '/proc/kcore', '/proc/timer_list', '/proc/kallsyms'];
 
 const depth = (p: string) => p.split(path.sep).filter(Boolean).length;
 
@@ -90,7 +98,7 @@ export function parseSandboxBind(text: string, cwd = process.cwd()): SandboxBind
  */
 export function probeBwrap(bin = 'bwrap'): string | null {
   if (process.platform !== 'linux') return `bubblewrap runs on Linux only (this is ${process.platform})`;
-  const probe = ['--die-with-parent', '--unshare-pid', '--cap-drop', 'ALL', '--ro-bind', '/', '/'];
+  const probe = ['--die-with-parent', '--unshare-pid', '--unshare-uts', '--cap-drop', 'ALL', '--ro-bind', '/', '/'];
   probe.push('--dev', '/dev', '--proc', '/proc', '--tmpfs', '/tmp', 'true');
   const run = spawnSync(bin, probe, { encoding: 'utf8', timeout: 15_000, stdio: ['ignore', 'ignore', 'pipe'] });
   if (run.error) {

@@ -151,6 +151,26 @@ describe.skipIf(probeBwrap() !== null)('bwrap', () => {
       env: { PATH: '/usr/bin:/bin' },
     });
 
+  it('/proc/sys is read-only inside, even for a root spawner: the same host name written back is refused', () => {
+    const ws = tmp();
+    const mounts = resolveMounts(
+      { hide: [], binds: [] },
+      { cwd: ws, workspaces: [ws], launchDir: tmp(), credentials: [] },
+    );
+    const out = sandboxed(
+      mounts,
+      [
+        'h=$(cat /proc/sys/kernel/hostname); echo "$h" > /proc/sys/kernel/hostname 2>&1 && echo hostname-written',
+        'cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern 2>&1 && echo core-pattern-written',
+        'test -e /proc/sysrq-trigger && { echo s > /proc/sysrq-trigger 2>&1 || true; }; echo done',
+      ].join('; '),
+    );
+    expect(out.stderr).toMatch(/Read-only file system/);
+    expect(out.stdout).not.toContain('hostname-written');
+    expect(out.stdout).not.toContain('core-pattern-written');
+    expect(out.stdout).toContain('done');
+  });
+
   it('a workspace of ~ still hides the hidden paths inside it; a read-only bind inside a workspace stays read-only', () => {
     const home = tmp();
     const launch = tmp();
