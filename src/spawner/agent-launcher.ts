@@ -21,6 +21,8 @@ export interface LauncherOptions {
   launchFiles: LaunchFiles;
   /** The spawner's environment (what the allowlist reads from). */
   env?: NodeJS.ProcessEnv;
+  /** The spawner's spool folder (hidden): where an agent's runtime keeps its own state across processes. */
+  stateDir?: string;
   /** Where a git folder left unbound is said. */
   logger?: Pick<Logger, 'warn'>;
 }
@@ -49,6 +51,12 @@ export class AgentLauncher {
   /** Whether agents run in the bwrap sandbox. */
   get sandboxed(): boolean {
     return this.opts.sandbox !== null;
+  }
+
+  /** Where agents' runtime state is kept (`<spool>`); a sandboxed spawner is always given one. */
+  get stateDir(): string {
+    if (!this.opts.stateDir) throw new Error('a sandboxed launcher needs the spool folder for its agents state');
+    return this.opts.stateDir;
   }
 
   get spawnerEnv(): NodeJS.ProcessEnv {
