@@ -86,6 +86,10 @@ describe('the environment allowlist', () => {
     expect(passEnvProblem('NOT A NAME')).toMatch(/takes an environment variable name/);
     expect(passEnvProblem('*')).toMatch(/takes an environment variable name/);
     expect(passEnvProblem('AWS_*')).toBeNull();
+    expect(passEnvProblem('BEIDOU_*')).toMatch(/a secret of the server's/);
+    expect(passEnvProblem('PGPASSWORD')).toMatch(/PGPASSWORD, a secret/);
+    expect(passEnvProblem('PG*')).toMatch(/a secret of the server's/);
+    expect(passEnvProblem('PGHOST')).toBeNull();
   });
 });
 
