@@ -121,6 +121,8 @@ export async function spawner(opts: SpawnerCliOptions): Promise<void> {
         : null,
     passEnv: sandbox.passEnv,
     launchFiles,
+    stateDir: spoolDir,
+    logger,
   });
   let adapter: Adapter;
   if (claude) {

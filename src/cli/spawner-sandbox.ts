@@ -4,7 +4,7 @@ import path from 'node:path';
 import { defaultHome } from '../config.js';
 import { passEnvProblem } from '../spawner/agent-env.js';
 import { parseSandboxBind, probeBwrap, type SandboxBind, SandboxBindError } from '../spawner/sandbox.js';
-import { hiddenPaths, type SandboxPolicy } from '../spawner/sandbox-paths.js';
+import { HOME_CREDENTIALS, hiddenPaths, real, type SandboxPolicy, within } from '../spawner/sandbox-paths.js';
 import { CliError } from './client.js';
 
 /**
@@ -84,7 +84,15 @@ export function sandboxPolicy(
     tokenFile: where.tokenFile,
     userHome,
   });
-  return { hide: [...new Set(hide)], binds: choice.binds };
+  // A --sandbox-bind may put a credential back (~/.ssh:ro), never show the server's keys or a spool folder.
+  const credentials = new Set(HOME_CREDENTIALS.map((c) => path.join(userHome, c)));
+  const kept = hide.filter((h) => !credentials.has(h)).map(real);
+  for (const b of choice.binds) {
+    const clash = kept.find((h) => within(b.path, h) || within(h, b.path));
+    if (clash)
+      throw new CliError(`--sandbox-bind ${b.path} would show ${clash}, which the sandbox hides from every agent`, 2);
+  }
+  return { hide: [...new Set(hide)], binds: choice.binds, workdir: where.workdir };
 }
 
 /** `--token-file F`: the spawner token, read once (argv is visible to every local user; a file need not be). */

@@ -36,6 +36,15 @@ export const BASE_ENV_NAMES: readonly string[] = [
 /** The spawner's own keys: never passed, even when named or matched by a `PREFIX*` (they would undo the list). */
 export const NEVER_PASSED: readonly string[] = ['BEIDOU_ADMIN_TOKEN', 'BEIDOU_SECRET', 'BEIDOU_SPAWNER_TOKEN'];
 
+/** The server's and PostgreSQL's secrets: `--pass-env` may not name them, nor a PREFIX* that matches one. */
+const SECRET_NAMES: readonly string[] = [
+  ...NEVER_PASSED,
+  'BEIDOU_DATABASE_URL',
+  'PGPASSWORD',
+  'PGPASSFILE',
+  'PGSERVICEFILE',
+];
+
 const NAME = /^[A-Za-z_][A-Za-z0-9_]*\*?$/;
 
 /** Why `--pass-env NAME` is refused, or null when it is a name (or a `PREFIX*`) the spawner may pass. */
@@ -43,6 +52,9 @@ export function passEnvProblem(name: string): string | null {
   if (!NAME.test(name)) return `--pass-env takes an environment variable name or a PREFIX* (got "${name}")`;
   if (NEVER_PASSED.includes(name))
     return `--pass-env ${name} would hand agents the spawner's own key; agents never get ${NEVER_PASSED.join(', ')}`;
+  const secret = SECRET_NAMES.find((s) => matches(name, s));
+  if (secret)
+    return `--pass-env ${name} would hand agents ${secret}, a secret of the server's; name the variables an agent needs one by one`;
   return null;
 }
 

@@ -1,10 +1,10 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import path from 'node:path';
 import type { LaunchCommand } from '../protocol/spawner.js';
+import type { Logger } from '../util/logger.js';
 import { agentEnvironment } from './agent-env.js';
 import type { AgentLaunchDir, LaunchFiles } from './launch-files.js';
 import { bwrapArgs, type SandboxBind } from './sandbox.js';
-import { resolveMounts, type SandboxPolicy } from './sandbox-paths.js';
+import { gitBinds, real, resolveMounts, SandboxRefusal, type SandboxPolicy, within } from './sandbox-paths.js';
 
 /**
  * How every adapter starts an agent process: in its own launch folder (launch-files.ts),
@@ -21,12 +21,16 @@ export interface LauncherOptions {
   launchFiles: LaunchFiles;
   /** The spawner's environment (what the allowlist reads from). */
   env?: NodeJS.ProcessEnv;
+  /** The spawner's spool folder (hidden): where an agent's runtime keeps its own state across processes. */
+  stateDir?: string;
+  /** Where a git folder left unbound is said. */
+  logger?: Pick<Logger, 'warn'>;
 }
 
 export interface AgentSpawn {
   dir: AgentLaunchDir;
   cwd: string;
-  launch: Pick<LaunchCommand, 'project_workspace_path'>;
+  launch: Pick<LaunchCommand, 'project_workspace_path' | 'agent_id'>;
   /** The program and its arguments (a shell line is `/bin/sh -c LINE`). */
   command: string[];
   /** The runtime's allowlist, and what the adapter sets. */
@@ -39,11 +43,20 @@ export interface AgentSpawn {
 const SANDBOX_TMP = '/tmp';
 
 export class AgentLauncher {
+  /** Each agent's git binds, looked up at its first launch here: its `.git` is its own to rewrite after. */
+  private readonly gitCache = new Map<string, SandboxBind[]>();
+
   constructor(private readonly opts: LauncherOptions) {}
 
   /** Whether agents run in the bwrap sandbox. */
   get sandboxed(): boolean {
     return this.opts.sandbox !== null;
+  }
+
+  /** Where agents' runtime state is kept (`<spool>`); a sandboxed spawner is always given one. */
+  get stateDir(): string {
+    if (!this.opts.stateDir) throw new Error('a sandboxed launcher needs the spool folder for its agents state');
+    return this.opts.stateDir;
   }
 
   get spawnerEnv(): NodeJS.ProcessEnv {
@@ -79,16 +92,38 @@ export class AgentLauncher {
   }
 
   private mounts(req: AgentSpawn) {
+    const policy = this.opts.sandbox!.policy;
     // An agent whose workspace is inside its task's shared workspace (a team's, under the
-    // project's) gets the shared one: the skills integrate and write artifacts there.
-    const project = req.launch.project_workspace_path;
-    const rel = path.relative(project, req.cwd);
-    const shared = rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
-    return resolveMounts(this.opts.sandbox!.policy, {
-      cwd: req.cwd,
-      workspaces: [shared ? project : req.cwd],
+    // project's) gets the shared one: the skills integrate and write artifacts there. Compared
+    // at real paths: a folder swapped for a symlink (by another agent) leads nowhere else.
+    const project = real(req.launch.project_workspace_path);
+    const cwd = real(req.cwd);
+    const shared = within(cwd, project);
+    if (!shared && !(policy.workdir && within(cwd, real(policy.workdir))))
+      throw new SandboxRefusal(
+        `the workspace ${req.cwd} leads to ${cwd}, outside its project's ${project}: not started in the sandbox`,
+      );
+    const workspace = shared ? project : cwd;
+    let git = this.gitCache.get(req.launch.agent_id);
+    if (!git) {
+      git = [];
+      for (const w of new Set([workspace, cwd])) {
+        const found = gitBinds(w, policy.hide.map(real));
+        if (found.refused)
+          this.opts.logger?.warn(
+            { agent_id: req.launch.agent_id, why: found.refused },
+            'git folder not bound in the sandbox',
+          );
+        git.push(...found.binds);
+      }
+      this.gitCache.set(req.launch.agent_id, git);
+    }
+    return resolveMounts(policy, {
+      cwd,
+      workspaces: [workspace],
       launchDir: req.dir.path,
       credentials: req.credentials ?? [],
+      git,
     });
   }
 }

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { existsSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -49,18 +49,35 @@ export interface Mount {
  * `--die-with-parent`: bwrap dies with the spawner, and the PID namespace with bwrap, so no
  * agent process outlives either (a `setsid` escapee included). `--cap-drop ALL`: a spawner
  * running as root must not hand the agent the capabilities to unmount what hides the keys.
+ * /proc/sys read-only and the kernel's trigger files masked: a fresh /proc is writable where
+ * the spawner's user may write (root: `kernel.core_pattern` runs a program as host root).
+ * `--unshare-uts`: the host name is the agent's own.
  */
 export function bwrapArgs(mounts: SandboxMounts, command: string[]): string[] {
-  const args = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--cap-drop', 'ALL'];
-  args.push('--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc');
+  const args = ['--die-with-parent', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--cap-drop', 'ALL'];
+  args.push('--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc', '--ro-bind', '/proc/sys', '/proc/sys');
+  // bwrap cannot create a mount point in /proc: only what this kernel has is masked.
+  for (const f of PROC_MASKED) if (existsSync(f)) args.push('--ro-bind', '/dev/null', f);
+  // Paths are real (sandbox-paths.ts), so depth orders by containment: what holds a path lands before it.
   const order = (m: Mount) => depth(m.path) * 2 + (m.kind === 'hide' ? 0 : 1);
-  for (const m of [...mounts.mounts].sort((a, b) => order(a) - order(b))) {
+  const sorted = [...mounts.mounts].sort((a, b) => order(a) - order(b));
+  sorted.forEach((m, i) => {
+    const over = m.kind === 'hide' && sorted.slice(i + 1).find((b) => b.kind !== 'hide' && holds(b.path, m.path));
+    if (over) throw new SandboxBindError(`the sandbox would bind ${over.path} over the hidden ${m.path}`);
+  });
+  for (const m of sorted) {
     if (m.kind === 'hide') args.push(...(m.file ? ['--ro-bind', '/dev/null', m.path] : ['--tmpfs', m.path]));
     else args.push(m.kind === 'ro' ? '--ro-bind' : '--bind', m.path, m.path);
   }
   args.push('--chdir', mounts.cwd, '--', ...command);
   return args;
 }
+
+/** Writable /proc files outside /proc/sys that act on the host kernel. */
+const PROC_MASKED = ['/proc/sysrq-trigger', '/proc/kcore', '/proc/timer_list', '/proc/kallsyms'];
+
+/** Whether `dir` strictly holds `p`. */
+const holds = (dir: string, p: string) => p !== dir && p.startsWith(dir.endsWith(path.sep) ? dir : dir + path.sep);
 
 const depth = (p: string) => p.split(path.sep).filter(Boolean).length;
 
@@ -75,8 +92,10 @@ export function parseSandboxBind(text: string, cwd = process.cwd()): SandboxBind
   const given = m ? m[1]! : text;
   if (!given)
     throw new SandboxBindError(`--sandbox-bind needs a folder, e.g. --sandbox-bind ~/data:ro (got "${text}")`);
-  const resolved = path.resolve(cwd, given);
+  let resolved = path.resolve(cwd, given);
   try {
+    // Resolved once, at the spawner's start: a symlink changed later moves no agent's bind.
+    resolved = realpathSync(resolved);
     statSync(resolved);
   } catch {
     throw new SandboxBindError(`--sandbox-bind ${text}: ${resolved} does not exist`);
@@ -90,7 +109,7 @@ export function parseSandboxBind(text: string, cwd = process.cwd()): SandboxBind
  */
 export function probeBwrap(bin = 'bwrap'): string | null {
   if (process.platform !== 'linux') return `bubblewrap runs on Linux only (this is ${process.platform})`;
-  const probe = ['--die-with-parent', '--unshare-pid', '--cap-drop', 'ALL', '--ro-bind', '/', '/'];
+  const probe = ['--die-with-parent', '--unshare-pid', '--unshare-uts', '--cap-drop', 'ALL', '--ro-bind', '/', '/'];
   probe.push('--dev', '/dev', '--proc', '/proc', '--tmpfs', '/tmp', 'true');
   const run = spawnSync(bin, probe, { encoding: 'utf8', timeout: 15_000, stdio: ['ignore', 'ignore', 'pipe'] });
   if (run.error) {

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -73,6 +73,10 @@ describe('Claude Code in the sandbox', () => {
       // The spawner's pid, from the test's side (the sandbox has its own numbering).
       'cat /proc/SPAWNER_PID/environ',
       'echo "PG=$PGPASSWORD"',
+      // A hook planted in the user's Claude Code folder would run unsandboxed: it never lands there.
+      `mkdir -p ${path.join(outside, 'claude-home', '.claude')} && echo '{"hooks":{}}' > ${path.join(outside, 'claude-home', '.claude', 'settings.json')}`,
+      `echo '{}' > ${path.join(outside, 'claude-home', '.claude.json')}`,
+      'echo "CFG=$CLAUDE_CONFIG_DIR"',
       'ls /proc | grep -c "^[0-9]"',
     ].join('; ');
     fake = await startFakeAnthropic([]);
@@ -149,6 +153,8 @@ describe('Claude Code in the sandbox', () => {
       pg,
     ];
     expect(secrets.filter((s) => result.includes(s))).toEqual([]);
+    expect(existsSync(path.join(outside, 'claude-home', '.claude', 'settings.json'))).toBe(false);
+    expect(result).toContain(`CFG=${path.join(outside, 'spawners', 'sandboxed', 'claude', rootId)}`);
     // Its own PID namespace: bwrap's init, the agent and what it runs, not the machine's hundreds.
     expect(Number(result.trim().split('\n').at(-1))).toBeLessThan(20);
   }, 120_000);

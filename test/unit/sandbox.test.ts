@@ -6,6 +6,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  renameSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -17,7 +18,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { agentEnvironment, passEnvProblem } from '../../src/spawner/agent-env.js';
 import { LaunchFiles, LaunchFolderError, writePrivateFile } from '../../src/spawner/launch-files.js';
 import { bwrapArgs, parseSandboxBind, probeBwrap } from '../../src/spawner/sandbox.js';
-import { gitBinds, resolveMounts } from '../../src/spawner/sandbox-paths.js';
+import { AgentLauncher } from '../../src/spawner/agent-launcher.js';
+import { gitBinds, resolveMounts, SandboxRefusal } from '../../src/spawner/sandbox-paths.js';
 
 /**
  * The sandbox's parts on their own: the environment allowlist, the private launch folders
@@ -84,6 +86,10 @@ describe('the environment allowlist', () => {
     expect(passEnvProblem('NOT A NAME')).toMatch(/takes an environment variable name/);
     expect(passEnvProblem('*')).toMatch(/takes an environment variable name/);
     expect(passEnvProblem('AWS_*')).toBeNull();
+    expect(passEnvProblem('BEIDOU_*')).toMatch(/a secret of the server's/);
+    expect(passEnvProblem('PGPASSWORD')).toMatch(/PGPASSWORD, a secret/);
+    expect(passEnvProblem('PG*')).toMatch(/a secret of the server's/);
+    expect(passEnvProblem('PGHOST')).toBeNull();
   });
 });
 
@@ -151,6 +157,26 @@ describe.skipIf(probeBwrap() !== null)('bwrap', () => {
       env: { PATH: '/usr/bin:/bin' },
     });
 
+  it('/proc/sys is read-only inside, even for a root spawner: the same host name written back is refused', () => {
+    const ws = tmp();
+    const mounts = resolveMounts(
+      { hide: [], binds: [] },
+      { cwd: ws, workspaces: [ws], launchDir: tmp(), credentials: [] },
+    );
+    const out = sandboxed(
+      mounts,
+      [
+        'h=$(cat /proc/sys/kernel/hostname); echo "$h" > /proc/sys/kernel/hostname 2>&1 && echo hostname-written',
+        'cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern 2>&1 && echo core-pattern-written',
+        'test -e /proc/sysrq-trigger && { echo s > /proc/sysrq-trigger 2>&1 || true; }; echo done',
+      ].join('; '),
+    );
+    expect(out.stderr).toMatch(/Read-only file system/);
+    expect(out.stdout).not.toContain('hostname-written');
+    expect(out.stdout).not.toContain('core-pattern-written');
+    expect(out.stdout).toContain('done');
+  });
+
   it('a workspace of ~ still hides the hidden paths inside it; a read-only bind inside a workspace stays read-only', () => {
     const home = tmp();
     const launch = tmp();
@@ -186,7 +212,8 @@ describe.skipIf(probeBwrap() !== null)('bwrap', () => {
     git(repo, 'commit', '-qm', 'a');
     const worktree = path.join(tmp(), 'wt');
     git(repo, 'worktree', 'add', '-q', '-b', 'agent', worktree);
-    const binds = gitBinds(worktree);
+    writeFileSync(path.join(repo, 'main.txt'), 'canary-main');
+    const { binds } = gitBinds(worktree);
     expect(binds).toEqual(
       expect.arrayContaining([
         { path: path.join(repo, '.git'), readOnly: false },
@@ -195,8 +222,8 @@ describe.skipIf(probeBwrap() !== null)('bwrap', () => {
       ]),
     );
     const mounts = resolveMounts(
-      { hide: [repo], binds: [] },
-      { cwd: worktree, workspaces: [worktree], launchDir: tmp(), credentials: [] },
+      { hide: [path.join(repo, 'main.txt')], binds: [] },
+      { cwd: worktree, workspaces: [worktree], launchDir: tmp(), credentials: [], git: binds },
     );
     const out = sandboxed(
       mounts,
@@ -204,14 +231,119 @@ describe.skipIf(probeBwrap() !== null)('bwrap', () => {
         'echo b > b.txt && git add b.txt && git -c user.name=a -c user.email=a@e commit -qm b && echo committed',
         `echo 'touch /tmp/pwned' > ${repo}/.git/hooks/post-checkout 2>&1 || echo hooks-read-only`,
         'git config core.fsmonitor "touch /tmp/pwned" 2>&1 || echo config-read-only',
-        `cat ${repo}/a.txt 2>&1 || echo main-checkout-hidden`,
+        `cat ${repo}/main.txt 2>&1; echo main-checkout-hidden`,
       ].join('; '),
     );
     expect(out.stdout).toContain('committed');
     expect(out.stdout).toContain('hooks-read-only');
     expect(out.stdout).toContain('config-read-only');
     expect(out.stdout).toContain('main-checkout-hidden');
+    expect(out.stdout).not.toContain('canary-main');
     expect(git(repo, 'log', '--format=%s', 'agent').trim().split('\n')).toEqual(['b', 'a']);
     expect(existsSync(path.join(repo, '.git', 'hooks', 'post-checkout'))).toBe(false);
+  });
+
+  const git = (cwd: string, ...args: string[]) =>
+    execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@e', ...args], { cwd, encoding: 'utf8' });
+  const worktreeOf = () => {
+    const repo = tmp();
+    git(repo, 'init', '-q');
+    writeFileSync(path.join(repo, 'a.txt'), 'a');
+    git(repo, 'add', '.');
+    git(repo, 'commit', '-qm', 'a');
+    const worktree = path.join(repo, 'wt');
+    git(repo, 'worktree', 'add', '-q', '-b', 'agent', worktree);
+    return { repo, worktree };
+  };
+  const secretHome = () => {
+    const home = tmp();
+    writeFileSync(path.join(home, 'admin.token'), 'canary-admin');
+    return home;
+  };
+  const launcherHiding = (hide: string[]) =>
+    new AgentLauncher({
+      sandbox: { bin: 'bwrap', policy: { hide, binds: [] } },
+      passEnv: [],
+      launchFiles: LaunchFiles.open(`unit-${dirs.length}`, tmp()),
+      env: { PATH: '/usr/bin:/bin' },
+    });
+  const run = (launcher: AgentLauncher, cwd: string, project: string, script: string) =>
+    new Promise<string>((resolve) => {
+      const child = launcher.spawn({
+        dir: launcher.newDir('ag_1'),
+        cwd,
+        launch: { project_workspace_path: project, agent_id: 'ag_1' },
+        command: ['/bin/sh', '-c', script],
+        env: { runtime: [], set: {} },
+      });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      child.stderr.on('data', (d) => (out += d));
+      child.on('close', () => resolve(out));
+    });
+
+  it('an agent that rewrites its .git to name the server home gets no bind of it at its restart, nor on a new spawner', async () => {
+    const home = secretHome();
+    const { repo, worktree } = worktreeOf();
+    const launcher = launcherHiding([home]);
+    const first = await run(launcher, worktree, repo, `echo "gitdir: ${home}" > .git && echo rewrote`);
+    expect(first).toContain('rewrote');
+    const again = await run(launcher, worktree, repo, `cat ${home}/admin.token 2>&1; echo done`);
+    expect(again).toContain('done');
+    expect(again).not.toContain('canary-admin');
+    const fresh = await run(launcherHiding([home]), worktree, repo, `cat ${home}/admin.token 2>&1; echo done`);
+    expect(fresh).not.toContain('canary-admin');
+    expect(gitBinds(worktree, [home]).refused).toMatch(/not point back|overlaps the hidden/);
+  });
+
+  it('a git pointer that is a FIFO, a symlink or a folder outside git is refused at once, never read', () => {
+    const { worktree, repo } = worktreeOf();
+    const commondir = path.join(repo, '.git', 'worktrees', 'wt', 'commondir');
+    rmSync(commondir);
+    execFileSync('mkfifo', [commondir]);
+    expect(gitBinds(worktree).refused).toMatch(/commondir is not a small regular file/);
+    rmSync(commondir);
+    symlinkSync('/etc/hostname', commondir);
+    expect(gitBinds(worktree).refused).toMatch(/commondir is not a small regular file/);
+    rmSync(commondir);
+    writeFileSync(commondir, '/etc\n');
+    expect(gitBinds(worktree).refused).toMatch(/not a git folder/);
+  });
+
+  it('a workspace swapped for a symlink to a hidden folder is not started', async () => {
+    const home = secretHome();
+    const project = tmp();
+    const swapped = tmp();
+    symlinkSync(home, path.join(swapped, 'tm_X'));
+    renameSync(swapped, path.join(project, 'teams'));
+    const launcher = launcherHiding([home]);
+    await expect(run(launcher, path.join(project, 'teams', 'tm_X'), project, 'cat admin.token')).rejects.toThrow(
+      SandboxRefusal,
+    );
+    const inside = path.join(project, 'inside');
+    symlinkSync(home, inside);
+    await expect(run(launcher, project, project, 'true')).resolves.toBeDefined();
+    expect(() =>
+      resolveMounts(
+        { hide: [home], binds: [] },
+        { cwd: inside, workspaces: [inside], launchDir: tmp(), credentials: [] },
+      ),
+    ).toThrow(/inside the hidden/);
+  });
+
+  it('a home reached through a relative symlink, as the workspace, still hides its server home', () => {
+    const base = tmp();
+    const realHome = path.join(base, 'a', 'b', 'c', 'home');
+    mkdirSync(path.join(realHome, '.beidou'), { recursive: true });
+    writeFileSync(path.join(realHome, '.beidou', 'secret'), 'canary-secret');
+    symlinkSync(path.join('a', 'b', 'c', 'home'), path.join(base, 'l'));
+    const home = path.join(base, 'l');
+    const mounts = resolveMounts(
+      { hide: [path.join(home, '.beidou')], binds: [] },
+      { cwd: home, workspaces: [home], launchDir: tmp(), credentials: [] },
+    );
+    const out = sandboxed(mounts, 'cat .beidou/secret 2>&1; echo done');
+    expect(out.stdout).toContain('done');
+    expect(out.stdout).not.toContain('canary');
   });
 });

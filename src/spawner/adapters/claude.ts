@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -7,7 +7,7 @@ import type { Adapter, AdapterHooks, AgentFailure, AgentProcess, StartSpec } fro
 import { failureLine, wrapChild } from '../adapter.js';
 import type { AgentLauncher } from '../agent-launcher.js';
 import { StreamJsonDrain } from '../drain.js';
-import { writePrivateFile } from '../launch-files.js';
+import { ensurePrivateDir, writePrivateFile } from '../launch-files.js';
 import type { SandboxBind } from '../sandbox.js';
 import type { DrainedEvent } from '../../protocol/spawner.js';
 
@@ -59,26 +59,27 @@ export function claudeEnvNames(env: NodeJS.ProcessEnv): string[] {
 }
 
 /**
- * Claude Code's own folder and state file (its login, settings, sessions, which `--resume`
- * reads back), read-write in the sandbox: `CLAUDE_CONFIG_DIR`, else `~/.claude` and
- * `~/.claude.json`. Created first (0700, 0600) when missing, as Claude Code would: a path the
- * sandbox binds must exist, and the rest of the home is read-only there.
+ * A sandboxed Claude Code agent's own folder (`CLAUDE_CONFIG_DIR`): `<spool>/claude/<agent>`,
+ * 0700, kept across its processes on this spawner (`--resume` reads its transcript there),
+ * bound read-write; the spool folder around it stays hidden. The user's `~/.claude` and
+ * `~/.claude.json` are never shown: a hook or MCP server an agent planted there would run
+ * unsandboxed in the user's own Claude Code and in later agents. Seeded with the login only
+ * (`.credentials.json`, copied 0600 when the user has one), never their settings or hooks.
  */
-export function claudeCredentials(env: NodeJS.ProcessEnv): SandboxBind[] {
-  const home = env.HOME || os.homedir();
-  const dir = env.CLAUDE_CONFIG_DIR || path.join(home, '.claude');
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const binds = [{ path: dir, readOnly: false }];
-  if (env.CLAUDE_CONFIG_DIR) return binds;
-  const state = path.join(home, '.claude.json');
-  if (!existsSync(state)) {
+export function claudeAgentHome(stateDir: string, agentId: string, env: NodeJS.ProcessEnv): SandboxBind[] {
+  const root = path.join(stateDir, 'claude');
+  ensurePrivateDir(root);
+  const dir = path.join(root, agentId.replace(/[^A-Za-z0-9._-]/g, '_'));
+  ensurePrivateDir(dir);
+  const login = path.join(env.CLAUDE_CONFIG_DIR || path.join(env.HOME || os.homedir(), '.claude'), '.credentials.json');
+  if (existsSync(login) && !existsSync(path.join(dir, '.credentials.json'))) {
     try {
-      writePrivateFile(home, '.claude.json', '{}\n');
+      writePrivateFile(dir, '.credentials.json', readFileSync(login, 'utf8'));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
   }
-  return [...binds, { path: state, readOnly: false }];
+  return [{ path: dir, readOnly: false }];
 }
 
 export interface AgentFiles {
@@ -176,12 +177,15 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
         dir.remove();
         throw err;
       }
+      const home = launcher.sandboxed
+        ? claudeAgentHome(launcher.stateDir, spec.launch.agent_id, launcher.spawnerEnv)
+        : [];
       const child = launcher.spawn({
         dir,
         cwd: spec.cwd,
         launch: spec.launch,
         command: [opts.bin, ...claudeArgs(spec, files, opts.permissionMode)],
-        credentials: launcher.sandboxed ? claudeCredentials(launcher.spawnerEnv) : [],
+        credentials: home,
         env: {
           runtime: claudeEnvNames(launcher.spawnerEnv),
           set: {
@@ -198,7 +202,7 @@ export function claudeAdapter(opts: ClaudeAdapterOptions): Adapter {
             BEIDOU_TOKEN: spec.launch.token,
             BEIDOU_AGENT_ID: spec.launch.agent_id,
             // Claude Code refuses bypassPermissions as root unless told it runs in a sandbox: it does.
-            ...(launcher.sandboxed ? { IS_SANDBOX: '1' } : {}),
+            ...(launcher.sandboxed ? { IS_SANDBOX: '1', CLAUDE_CONFIG_DIR: home[0]!.path } : {}),
           },
         },
       });
