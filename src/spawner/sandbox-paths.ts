@@ -10,6 +10,7 @@ import {
   statSync,
 } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Mount, SandboxBind, SandboxMounts } from './sandbox.js';
 
 /**
@@ -207,6 +208,22 @@ export function gitBinds(workspace: string, hidden: readonly string[] = []): Git
 const PRIVATE_DIRS = ['/tmp', '/var/tmp', '/run/user'];
 
 /**
+ * What the agent's runtime itself runs from, shown read-only when a private folder would hide
+ * it (a checkout or install under /tmp): this package (the hook, the scripted agents, a bundled
+ * CLI) and the Node binary's folder. Never when it lies inside a hidden path.
+ */
+const RUNTIME_DIRS = [
+  path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..'),
+  path.dirname(process.execPath),
+];
+
+function runtimeBinds(hides: readonly Mount[]): Mount[] {
+  return [...new Set(RUNTIME_DIRS.filter((d) => existsSync(d)).map(real))]
+    .filter((d) => PRIVATE_DIRS.some((p) => within(d, p)) && !hides.some((h) => within(d, h.path)))
+    .map((d) => ({ path: d, kind: 'ro' as const }));
+}
+
+/**
  * The mounts of one agent process under `policy`, looked up now, at real paths. Refused
  * (SandboxRefusal) when a workspace or git folder is inside a hidden path (but for a workspace
  * in `--workdir`). A hidden path inside a bind is hidden again over it (sandbox.ts orders
@@ -226,6 +243,7 @@ export function resolveMounts(policy: SandboxPolicy, agent: AgentPlaces): Sandbo
   }
   const mounts: Mount[] = [
     ...PRIVATE_DIRS.flatMap(hideOf).filter((m) => !m.file),
+    ...runtimeBinds(hides),
     ...hides,
     ...shown,
     ...agent.credentials.filter((c) => existsSync(c.path)).map(bind),
