@@ -3,6 +3,7 @@ import {
   appendFileSync,
   cpSync,
   existsSync,
+  mkdirSync,
   mkdtempSync,
   readFileSync,
   rmSync,
@@ -159,7 +160,10 @@ describe('a server outage', () => {
     const api = processApi(home, () => proc!);
     const work = mkdtempSync(path.join(os.tmpdir(), 'beidou-outage-'));
     dirs.push(work);
-    const go = path.join(work, 'go');
+    // The agent waits on a file of its own folder, which the sandbox shows (not `work`: the spool and the workdir in it stay hidden).
+    const signals = path.join(work, 'signals');
+    mkdirSync(signals);
+    const go = path.join(signals, 'go');
     const during = ['d1', 'd2', 'd3', 'd4', 'd5'];
     const scriptFile = path.join(work, 'script.json');
     writeFileSync(
@@ -175,7 +179,6 @@ describe('a server outage', () => {
     const events = async (): Promise<Ev[]> =>
       (await api('GET', `/tasks/${task.task_id}/events?since=0&limit=10000`)).events as Ev[];
     const spoolDir = path.join(work, 'spool');
-    // The agent waits on a file of `work`: the sandbox shows it (the spool and the workdir in it stay hidden).
     const args = [
       '--spool-dir',
       spoolDir,
@@ -184,7 +187,7 @@ describe('a server outage', () => {
       '--restart-backoff',
       '0.2,0.5,1',
       '--sandbox-bind',
-      `${work}:ro`,
+      `${signals}:ro`,
     ];
     spawners.push(spawnSpawner(proc.url, token, scriptFile, args));
     await until('the texts before the outage', async () =>
