@@ -84,11 +84,14 @@ export function sandboxPolicy(
     tokenFile: where.tokenFile,
     userHome,
   });
-  // A --sandbox-bind may put a credential back (~/.ssh:ro), never show the server's keys or a spool folder.
+  // A --sandbox-bind may put a credential back (~/.ssh:ro), or show a folder inside --workdir
+  // (one all agents share, as their own workspaces are shown); never the server's keys or a spool folder.
   const credentials = new Set(HOME_CREDENTIALS.map((c) => path.join(userHome, c)));
   const kept = hide.filter((h) => !credentials.has(h)).map(real);
+  const workdir = where.workdir ? real(where.workdir) : null;
+  const insideWorkdir = (p: string, h: string) => h === workdir && p !== workdir;
   for (const b of choice.binds) {
-    const clash = kept.find((h) => within(b.path, h) || within(h, b.path));
+    const clash = kept.find((h) => (within(b.path, h) && !insideWorkdir(b.path, h)) || within(h, b.path));
     if (clash)
       throw new CliError(`--sandbox-bind ${b.path} would show ${clash}, which the sandbox hides from every agent`, 2);
   }

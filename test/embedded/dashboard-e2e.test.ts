@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -75,7 +76,8 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
 
   beforeAll(async () => {
     ts = await startTestServer({ env: { BEIDOU_SPAWNER_HEARTBEAT_S: '1' } });
-    workdir = path.join(ts.home, 'agents');
+    // Not inside the server's home, which the sandbox hides (a bind into it is refused).
+    workdir = mkdtempSync(path.join(os.tmpdir(), 'beidou-dashboard-agents-'));
     mkdirSync(path.join(workdir, 'ticks'), { recursive: true });
     const token = (await ts.api('POST', '/spawner-tokens', {})).body.token as string;
     // The scout paces itself on ../../ticks/N: the sandbox shows that folder of the workdir.
@@ -103,6 +105,7 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
       await ts.close();
       removeHome(ts.home);
     }
+    if (workdir) rmSync(workdir, { recursive: true, force: true });
   });
 
   beforeEach(async () => {

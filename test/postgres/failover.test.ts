@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -127,7 +127,9 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
     const work = tmp('beidou-failover-');
     const workdir = path.join(work, 'agents');
     const scriptFile = path.join(work, 'script.json');
-    const goFile = path.join(work, 'go');
+    const goDir = path.join(work, 'signals');
+    mkdirSync(goDir);
+    const goFile = path.join(goDir, 'go');
     writeFileSync(
       scriptFile,
       JSON.stringify({
@@ -164,9 +166,9 @@ describe('a spawner across a failover', { timeout: 120_000 }, () => {
       workdir,
       '--spool-dir',
       path.join(work, 'spool'),
-      // The early agent waits on a file of `work`: the sandbox shows it.
+      // The early agent waits on a file of its own folder: the sandbox shows it (not `work`, which holds the spool).
       '--sandbox-bind',
-      `${work}:ro`,
+      `${goDir}:ro`,
     ]);
     spawners.push(spawner);
     const task = (await api('POST', '/tasks', { task: 'carry on across a failover' })).body as {

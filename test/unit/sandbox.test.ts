@@ -20,6 +20,7 @@ import { LaunchFiles, LaunchFolderError, writePrivateFile } from '../../src/spaw
 import { bwrapArgs, parseSandboxBind, probeBwrap } from '../../src/spawner/sandbox.js';
 import { AgentLauncher } from '../../src/spawner/agent-launcher.js';
 import { gitBinds, resolveMounts, SandboxRefusal } from '../../src/spawner/sandbox-paths.js';
+import { sandboxPolicy } from '../../src/cli/spawner-sandbox.js';
 
 /**
  * The sandbox's parts on their own: the environment allowlist, the private launch folders
@@ -147,6 +148,25 @@ describe('--sandbox-bind', () => {
     expect(parseSandboxBind(`${dir}:ro`)).toEqual({ path: dir, readOnly: true });
     expect(parseSandboxBind(`${dir}:rw`)).toEqual({ path: dir, readOnly: false });
     expect(() => parseSandboxBind(path.join(dir, 'nope'))).toThrow(/does not exist/);
+  });
+
+  it('may show a folder inside --workdir; never the workdir itself, the server home, or a folder holding a spool', () => {
+    const root = tmp();
+    const home = path.join(root, 'home');
+    const workdir = path.join(root, 'agents');
+    const spool = path.join(root, 'outer', 'spool');
+    for (const d of [home, path.join(workdir, 'ticks'), spool]) mkdirSync(d, { recursive: true });
+    const policy = (bind: string) =>
+      sandboxPolicy(
+        { mode: 'bwrap', bin: 'bwrap', binds: [parseSandboxBind(bind)], passEnv: [] },
+        { home, spoolDirs: [spool], launchRoot: path.join(root, 'launch'), workdir, tokenFile: null },
+      );
+    expect(policy(`${path.join(workdir, 'ticks')}:ro`).binds).toEqual([
+      { path: path.join(workdir, 'ticks'), readOnly: true },
+    ]);
+    expect(() => policy(workdir)).toThrow(/would show .*agents, which the sandbox hides/);
+    expect(() => policy(home)).toThrow(/would show .*home, which the sandbox hides/);
+    expect(() => policy(path.join(root, 'outer'))).toThrow(/would show .*spool, which the sandbox hides/);
   });
 });
 
