@@ -562,7 +562,11 @@ describe('the dashboard in Chromium', { timeout: 30_000 }, () => {
       spawn: false,
       status: 'running',
     });
-    expect(await byId(page, 'task-row').first().getAttribute('data-task-id')).toBe(id);
+    // The list follows the tasks stream, which may bring the new task after its page opened: wait for it on top.
+    await byId(page, 'task-row')
+      .first()
+      .and(page.locator(`[data-task-id="${id}"]`))
+      .waitFor();
   });
 
   it('works in a narrow window: no sideways scrolling, and the questions panel and the composer still work', async () => {
